@@ -1,0 +1,179 @@
+"""The one harness every kernel goes through: fresh random inputs, a float64
+reference, a poisoned output, the relative error against a bound per precision,
+and timing with CUDA events (warm-up, median of repeats).
+
+This is the lectures' host program -- allocate, copy in, configure, launch, copy
+out, compare with the golden host result -- made strict: the output is filled
+with NaN before every checked run, so an element no thread wrote fails the check.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _backend, registry
+from ._arrays import Operand
+from .api import matmul
+
+# ||C - ref|| / ||ref|| bounds. fp32 lands near 1e-7; tf32 near 3e-4; bf16 near 3e-3.
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3, "float16": 5e-3, "bfloat16": 2e-2}
+
+
+def tolerance(dtype: str, precision: str | None = None) -> float:
+    return TOLERANCE["tf32" if precision == "tf32" else dtype]
+
+
+def to_float64(x: Any) -> np.ndarray:
+    """Any supported array kind, copied to a host float64 numpy array."""
+    op = Operand.of(x, "x")
+    if op.kind == "torch":
+        return x.detach().to("cpu", dtype=__import__("torch").float64).numpy()
+    if op.kind == "numpy":
+        return x.astype(np.float64)
+    if op.kind == "cupy":
+        return x.get().astype(np.float64)
+    return x.copy_to_host().astype(np.float64)
+
+
+def reference(a: Any, b: Any) -> np.ndarray:
+    """The golden result: the product of the (already rounded) inputs in float64 on the host."""
+    return np.matmul(to_float64(a), to_float64(b))
+
+
+def rel_error(c: Any, ref: np.ndarray) -> float:
+    """||c - ref||_F / ||ref||_F; NaN when c holds a NaN (an unwritten, poisoned element)."""
+    c64 = to_float64(c)
+    if c64.shape != ref.shape:
+        raise ValueError(f"result shape {c64.shape} != reference shape {ref.shape}")
+    denom = float(np.linalg.norm(ref))
+    diff = float(np.linalg.norm(c64 - ref))
+    return diff / denom if denom else diff
+
+
+def random_inputs(shape_a: tuple, shape_b: tuple, dtype: str, *, seed: int, device: str | None = None):
+    """Fresh standard-normal torch tensors (never zeros), on the kernels' device."""
+    import torch
+    device = device or _backend.torch_device()
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    a = torch.randn(shape_a, generator=g, dtype=torch.float32)
+    b = torch.randn(shape_b, generator=g, dtype=torch.float32)
+    t = getattr(torch, dtype)
+    return a.to(device=device, dtype=t), b.to(device=device, dtype=t)
+
+
+def poisoned_like(a: Any, shape: tuple, dtype: str | None = None):
+    """A NaN-filled output of a's kind and device."""
+    import torch
+    if isinstance(a, torch.Tensor):
+        return torch.full(shape, float("nan"), dtype=getattr(torch, dtype) if dtype else a.dtype, device=a.device)
+    return np.full(shape, np.nan, dtype=dtype or a.dtype)
+
+
+def sync() -> None:
+    if not _backend.emulating():
+        import torch
+        torch.cuda.synchronize()
+
+
+def time_ms(launches: list, *, warmup: int, repeats: int) -> float:
+    """Median milliseconds per launch, rotating through ``launches`` (several input
+    sets, so that a small problem is not served from L2). CUDA events on a GPU,
+    the host clock (including copy-back) in emulation."""
+    if _backend.emulating():
+        times = []
+        for i in range(max(repeats, 1)):
+            t0 = time.perf_counter()
+            launches[i % len(launches)].run()
+            launches[i % len(launches)].finish()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+    import torch
+    for i in range(warmup):
+        launches[i % len(launches)].run()
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
+    for i, (start, end) in enumerate(events):
+        start.record()
+        launches[i % len(launches)].run()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events)
+
+
+@dataclass
+class Result:
+    kernel: str
+    tile: int | None
+    shape: tuple            # (batch, m, k, n) or (m, k, n)
+    dtype: str
+    precision: str | None
+    rel_err: float
+    bound: float
+    ms: float | None = None
+    tflops: float | None = None
+    vs_cublas: float | None = None
+    emulated: bool = False
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rel_err <= self.bound)  # NaN compares False: an unwritten element fails
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+
+def flops(shape: tuple) -> float:
+    *batch, m, k, n = shape
+    return 2.0 * (batch[0] if batch else 1) * m * k * n
+
+
+def check_and_time(kernel: str, shape: tuple, dtype: str = "float32", *, tile: int | None = None,
+                   precision: str | None = None, seed: int = 0, warmup: int = 3, repeats: int = 10,
+                   rotate: int = 1, time_it: bool = True, options: dict | None = None) -> Result:
+    """Check one kernel on fresh random inputs against float64, then time it."""
+    spec = registry.get(kernel)
+    tile = spec.check_tile(tile)
+    opts = dict(options or {})
+    if precision is not None:
+        opts["precision"] = precision
+    *batch, m, k, n = shape
+    sa, sb = (*batch, m, k), (*batch, k, n)
+    a, b = random_inputs(sa, sb, dtype, seed=seed)
+    out = poisoned_like(a, (*batch, m, n))
+    matmul(a, b, kernel=kernel, tile=tile, out=out, **opts)
+    sync()
+    res = Result(kernel, tile, tuple(shape), dtype, precision, rel_error(out, reference(a, b)),
+                 tolerance(dtype, precision), emulated=_backend.emulating())
+    if time_it and res.ok:
+        launches = []
+        for r in range(max(rotate, 1)):
+            ar, br = (a, b) if r == 0 else random_inputs(sa, sb, dtype, seed=seed + 1000 + r)
+            launches.append(spec.prepare(Operand.of(ar, "a"), Operand.of(br, "b"),
+                                         Operand.of(poisoned_like(ar, (*batch, m, n)), "out"), tile, opts))
+        res.ms = time_ms(launches, warmup=warmup, repeats=repeats)
+        res.tflops = flops(shape) / (res.ms * 1e-3) / 1e12
+    return res
+
+
+def rotation_for(shape: tuple, dtype: str, l2_bytes: int = 50 * 2**20) -> int:
+    """How many input sets to rotate through so that they do not all fit in L2 (max 8)."""
+    *batch, m, k, n = shape
+    itemsize = 2 if dtype in ("float16", "bfloat16") else np.dtype(dtype).itemsize
+    one = (batch[0] if batch else 1) * (m * k + k * n + m * n) * itemsize
+    return int(min(8, max(1, -(-3 * l2_bytes // one))))
+
+
+def compare_to(results: list[Result], baseline: Callable[[Result], Result | None]) -> None:
+    """Fill ``vs_cublas`` (speed relative to the baseline result for the same problem)."""
+    for r in results:
+        base = baseline(r)
+        if base is not None and base.ms and r.ms:
+            r.vs_cublas = base.ms / r.ms

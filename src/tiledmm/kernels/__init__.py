@@ -1,0 +1,2 @@
+"""Importing this package registers every kernel family."""
+from . import library, simt  # noqa: F401

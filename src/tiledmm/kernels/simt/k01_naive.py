@@ -1,0 +1,39 @@
+"""Rung 1, the lectures' simple kernel: one thread per P element, every operand
+read from global memory (4 B per FLOP in float32).
+
+    int Row = blockIdx.y*blockDim.y+threadIdx.y;
+    int Col = blockIdx.x*blockDim.x+threadIdx.x;
+    if ((Row < Width) && (Col < Width)) { ... P[Row*Width+Col] = Pvalue; }
+
+generalised to rectangular J x K by K x L. Consecutive threads (threadIdx.x) take
+consecutive columns, so their reads of N[k, Col] are coalesced; their reads of
+M[Row, k] are one address broadcast across the warp.
+"""
+from __future__ import annotations
+
+from ..._backend import numba_cuda
+from ._launch import numba_type, register_simt
+
+# a module global: the CUDA simulator swaps globals bound to numba.cuda for its fake module
+cuda = numba_cuda()
+
+
+def make(tile: int, dtype: str):
+    acc_t = numba_type(dtype)
+
+    @cuda.jit
+    def naive(M, N, P):
+        Row = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
+        Col = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+        if Row < P.shape[0] and Col < P.shape[1]:
+            Pvalue = acc_t(0)
+            for k in range(M.shape[1]):
+                Pvalue += M[Row, k] * N[k, Col]
+            P[Row, Col] = Pvalue
+
+    return naive
+
+
+SPEC = register_simt(
+    "naive", "lectures' simple kernel: one thread per P element, operands from global memory",
+    make, order=10)

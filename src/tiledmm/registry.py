@@ -1,0 +1,82 @@
+"""The kernel registry: every kernel tiledmm can run, by name.
+
+A kernel family (``kernels/simt``, ``kernels/block``, the cuBLAS baseline) registers
+``KernelSpec``s; the public API, the harness, the benchmark and the CLI only ever
+look kernels up here, so a new rung of the ladder plugs in without touching them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from ._arrays import Operand, TiledmmError
+
+
+class Prepared(Protocol):
+    def run(self) -> None:
+        """Launch (asynchronously on a GPU)."""
+
+    def finish(self) -> None:
+        """Make the result visible in the caller's output array (copy back if host)."""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    family: str                      # "simt" | "block" | "library"
+    summary: str
+    dtypes: tuple[str, ...]
+    # prepare(a, b, out, tile, opts) -> Prepared; conversions happen here, once
+    prepare: Callable[..., Prepared] = field(repr=False)
+    tiles: tuple[int, ...] = ()
+    default_tile: int | None = None
+    batched: bool = False            # accepts 3-D (batch, m, k) @ (batch, k, n)
+    options: tuple[str, ...] = ()    # extra keyword options it understands (alpha, beta, precision)
+    emulation_limit: int | None = None   # max multiply-adds in emulation; None = not emulable
+    order: int = 100                 # position in tables and plots (the order of the argument)
+
+    def check_tile(self, tile: int | None) -> int | None:
+        if not self.tiles:
+            if tile is not None:
+                raise TiledmmError(f"kernel {self.name!r} takes no tile (got tile={tile})")
+            return None
+        if tile is None:
+            return self.default_tile
+        if tile not in self.tiles:
+            raise TiledmmError(f"kernel {self.name!r} supports tile in {list(self.tiles)}, got tile={tile}")
+        return tile
+
+
+_REGISTRY: dict[str, KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    if spec.name in _REGISTRY:
+        raise RuntimeError(f"kernel {spec.name!r} registered twice")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _load() -> None:
+    import importlib
+    importlib.import_module("tiledmm.kernels")  # importing registers every family
+
+
+def get(name: str) -> KernelSpec:
+    _load()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise TiledmmError(f"unknown kernel {name!r}; choose one of {names()}") from None
+
+
+def names() -> list[str]:
+    _load()
+    return [s.name for s in sorted(_REGISTRY.values(), key=lambda s: (s.order, s.name))]
+
+
+def all_specs() -> list[KernelSpec]:
+    return [get(n) for n in names()]
+
+
+__all__ = ["KernelSpec", "Operand", "Prepared", "register", "get", "names", "all_specs"]

@@ -1,0 +1,30 @@
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("TILEDMM_QUIET", "1")
+
+import tiledmm  # noqa: E402  (decides GPU or emulation before numba is imported)
+from tiledmm import _backend  # noqa: E402
+
+GPU = not _backend.emulating()
+
+
+def pytest_collection_modifyitems(config, items):
+    if GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+def randn(rng, shape, dtype=np.float32):
+    """Fresh standard-normal data: never zeros."""
+    return rng.standard_normal(shape).astype(dtype)

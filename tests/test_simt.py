@@ -1,0 +1,131 @@
+"""The lectures' kernels, checked in emulation (numba's CUDA simulator) on the
+slides' toy cases and on every boundary case of a rectangular J x K x L."""
+import itertools
+
+import numpy as np
+import pytest
+
+import tiledmm
+from tiledmm import _backend
+from tiledmm.harness import check_and_time
+from tiledmm.kernels.simt import k02_tiled
+from tiledmm.kernels.simt._launch import lecture_config
+
+from .conftest import randn
+
+SIMT = ["naive", "tiled"]
+
+
+def check(kernel, shape, tile, dtype="float32", seed=0):
+    r = check_and_time(kernel, shape, dtype, tile=tile, seed=seed, time_it=False)
+    assert r.ok, f"{kernel} tile={tile} {shape} {dtype}: rel err {r.rel_err:.2e} > {r.bound:.0e}"
+    return r
+
+
+@pytest.mark.parametrize("kernel", SIMT)
+def test_slides_width3_tile2(kernel):
+    check(kernel, (3, 3, 3), 2)
+
+
+@pytest.mark.parametrize("kernel", SIMT)
+def test_slides_width4_tile2(kernel):
+    check(kernel, (4, 4, 4), 2)
+
+
+@pytest.mark.parametrize("kernel", SIMT)
+def test_rectangular_around_tile_multiples(kernel):
+    """Every dimension below, equal to, and just above a multiple of the tile."""
+    T = 4
+    for J, K, L in itertools.product((T - 1, T, T + 1), repeat=3):
+        check(kernel, (J, K, L), T, seed=J * 100 + K * 10 + L)
+
+
+@pytest.mark.parametrize("kernel", SIMT)
+@pytest.mark.parametrize("shape,tile", [((1, 1, 1), 2), ((1, 1, 1), 8), ((7, 1, 9), 4), ((1, 13, 1), 4),
+                                        ((13, 7, 11), 8), ((17, 31, 5), 8), ((9, 8, 7), 8)])
+def test_small_and_prime_sizes(kernel, shape, tile):
+    check(kernel, shape, tile)
+
+
+@pytest.mark.parametrize("shape,tile", [((33, 17, 31), 16), ((33, 33, 34), 32), ((15, 16, 17), 8)])
+def test_lecture_tile_widths(shape, tile):
+    """TILE_WIDTH 8, 16 and 32 (32*32 = 1024 threads, the block limit)."""
+    check("tiled", shape, tile)
+
+
+@pytest.mark.parametrize("kernel", SIMT)
+def test_float64(kernel):
+    r = check(kernel, (9, 13, 7), 4, dtype="float64")
+    assert r.rel_err < 1e-14
+
+
+def test_launch_configuration_is_ceil():
+    # dimGrid(ceil(L/TILE), ceil(J/TILE)), dimBlock(TILE, TILE); x runs along the columns of P
+    assert lecture_config(16, 3000, 2000, 4000) == ((250, 188), (16, 16))
+    assert lecture_config(2, 3, 3, 3) == ((2, 2), (2, 2))
+    assert lecture_config(32, 32, 1, 64) == ((2, 1), (32, 32))
+
+
+def _device_view_case(kernel_fn, tile=2):
+    """Run a tiled kernel into the 3x3 interior of a poisoned 5x5 device buffer
+    (the slides' Width 3, TILE 2 case: Block(1,1) covers P rows/cols 2..3, but only
+    P[2,2] exists). Returns (whole buffer, reference)."""
+    cuda = _backend.numba_cuda()
+    rng = np.random.default_rng(7)
+    M, N = randn(rng, (3, 3)), randn(rng, (3, 3))
+    big = cuda.to_device(np.full((5, 5), np.nan, np.float32))
+    view = big[1:4, 1:4]
+    grid, block = lecture_config(tile, 3, 3, 3)
+    kernel_fn[grid, block](cuda.to_device(M), cuda.to_device(N), view)
+    return big.copy_to_host(), M.astype(np.float64) @ N.astype(np.float64)
+
+
+def test_threads_outside_P_store_nothing():
+    host, ref = _device_view_case(k02_tiled.make(2, "float32"))
+    inner = host[1:4, 1:4]
+    np.testing.assert_allclose(inner, ref, rtol=1e-5, atol=1e-6)
+    ring = np.ones((5, 5), bool)
+    ring[1:4, 1:4] = False
+    assert np.isnan(host[ring]).all(), "a thread outside P stored into the buffer around it"
+
+
+def test_unguarded_tiled_kernel_is_caught():
+    """Proof that the boundary tests can fail: the slides' kernel without them is
+    caught, by the simulator's bounds check or by a wrong/poisoned result on a GPU."""
+    unguarded = k02_tiled.make(2, "float32", guarded=False)
+    try:
+        host, ref = _device_view_case(unguarded)
+    except IndexError as e:  # the CUDA simulator names the thread that stepped outside
+        assert "tid=" in str(e) or "index" in str(e).lower()
+        return
+    inner_ok = np.allclose(host[1:4, 1:4], ref, rtol=1e-5, atol=1e-6)
+    ring = np.ones((5, 5), bool)
+    ring[1:4, 1:4] = False
+    assert not (inner_ok and np.isnan(host[ring]).all()), "unguarded kernel went unnoticed"
+
+
+def test_harness_catches_an_unwritten_element():
+    """The poison is what catches a kernel that forgets an element."""
+    from tiledmm.harness import poisoned_like, reference, rel_error
+    a = np.random.default_rng(1).standard_normal((5, 6)).astype(np.float32)
+    b = np.random.default_rng(2).standard_normal((6, 4)).astype(np.float32)
+    out = poisoned_like(a, (5, 4))
+    tiledmm.matmul(a, b, kernel="naive", tile=4, out=out)
+    assert rel_error(out, reference(a, b)) < 1e-6
+    out[4, 3] = np.nan  # as if no thread had stored it
+    assert not (rel_error(out, reference(a, b)) <= 1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,tile", [("naive", 16), ("tiled", 8), ("tiled", 16), ("tiled", 32)])
+@pytest.mark.parametrize("shape", [(1000, 777, 1234), (1024, 1024, 1024), (3000, 2000, 4000), (1, 4097, 33)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gpu_large_rectangular(kernel, tile, shape, dtype):
+    check(kernel, shape, tile, dtype)
+
+
+@pytest.mark.gpu
+def test_gpu_threads_outside_P_store_nothing_for_real():
+    """On real hardware there is no bounds check: only the guard keeps the ring NaN."""
+    test_threads_outside_P_store_nothing()
+    test_unguarded_tiled_kernel_is_caught()
