@@ -86,6 +86,13 @@ class Operand:
         """A numpy view (host kinds only)."""
         return self.obj.detach().numpy() if self.kind == "torch" else self.obj
 
+    def assign_from_torch(self, t) -> None:
+        """Copy a torch tensor's values into this (host) operand."""
+        if self.kind == "torch":
+            self.obj.copy_(t)
+        else:
+            self.obj[...] = t.cpu().numpy()
+
     def numba_view(self, cuda, *, copy_in: bool = True):
         """A numba device array over this operand: the same memory for device kinds,
         a fresh device copy for host kinds (copied in only when ``copy_in``)."""

@@ -75,6 +75,9 @@ def matmul(a: Any, b: Any, *, kernel: str | None = None, tile: int | None = None
                            f"it understands {list(spec.options) or 'none'}")
     shape = _validate_pair(A, B, spec)
     out_dtype = options.get("out_dtype") or A.dtype
+    if out is not None and "out_dtype" in spec.options and "out_dtype" not in options:
+        given = Operand.of(out, "out").dtype   # the block kernels write any float dtype ``out`` has
+        out_dtype = given if given in ("float32", "float16", "bfloat16") and A.dtype != "float64" else out_dtype
     O = _validate_out(out, A, shape, out_dtype) if out is not None else \
         Operand.of(empty_like_kind(A, shape, out_dtype), "out")
     m, n, k = shape[-2], shape[-1], A.shape[-1]

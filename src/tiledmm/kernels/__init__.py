@@ -1,2 +1,2 @@
 """Importing this package registers every kernel family."""
-from . import library, simt  # noqa: F401
+from . import block, library, simt  # noqa: F401

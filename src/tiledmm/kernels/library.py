@@ -44,17 +44,17 @@ class TorchLaunch:
             else:
                 torch.baddbmm(self.out, self.a, self.b, beta=self.beta, alpha=self.alpha, out=self.out)
 
-    host_out: Any = None
+    host_out: Any = None   # the caller's host Operand, when the result must be copied back
 
     def finish(self) -> None:
         if self.host_out is not None:
-            self.host_out[...] = self.out.cpu().numpy()
+            self.host_out.assign_from_torch(self.out)
 
 
 def _prepare(a, b, out, tile, opts):
     return TorchLaunch(a.torch_view("cuda"), b.torch_view("cuda"), out.torch_view("cuda"),
                        opts.get("precision") or "ieee", opts.get("alpha", 1.0), opts.get("beta", 0.0),
-                       out.host_numpy() if out.on_host else None)
+                       out if out.on_host else None)
 
 
 SPEC: KernelSpec = register(KernelSpec(

@@ -1,0 +1,251 @@
+"""The fast path: the lectures' tiling one level up, in Triton.
+
+Each *program* (a thread block) computes a BLOCK_M x BLOCK_N tile of P, walking
+K in BLOCK_K-wide phases exactly as the lectures' kernel walks TILE_WIDTH-wide
+phases. The loads are masked with ``other=0`` -- the slides' "write 0 for missing
+elements" -- and the store is masked -- their "threads outside P store nothing".
+What Triton adds: the tile product ``tl.dot`` runs on the tensor cores (wgmma on
+Hopper) or as FMAs for exact float32, loads are software-pipelined over
+``num_stages`` shared-memory buffers, and programs are visited in groups of
+GROUP_M tile-rows so neighbouring programs share A and B tiles in L2.
+
+Precisions (float32 inputs): ``ieee`` -- exact IEEE float32 products, no
+tensor cores; ``tf32`` -- tensor cores with 10-bit mantissa products.
+bfloat16 / float16 inputs always use the tensor cores. All accumulate in fp32.
+
+GEMM form: C = alpha * A @ B + beta * C, any strides, optional batch dimension.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from ..._backend import emulating, mode, torch_device
+from ...registry import KernelSpec, register
+
+mode()  # decide GPU or emulation (TRITON_INTERPRET) before triton is imported
+import triton  # noqa: E402  (after _backend: it sets TRITON_INTERPRET in emulation)
+import triton.language as tl  # noqa: E402
+
+BLOCK_DTYPES = ("float32", "float16", "bfloat16", "float64")
+PRECISIONS = {"float32": ("ieee", "tf32"), "float16": (None,), "bfloat16": (None,)}
+
+
+@triton.jit
+def _tile_id(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped ordering: GROUP_M tile-rows are swept column by column, so the
+    programs resident at one time reuse the same A rows and B columns from L2."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                  stride_ab, stride_am, stride_ak,
+                  stride_bb, stride_bk, stride_bn,
+                  stride_cb, stride_cm, stride_cn,
+                  alpha, beta,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
+                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False):
+    pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    batch = tl.program_id(1).to(tl.int64)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
+
+    # Row and Col of the lectures' kernel, now vectors of BLOCK_M rows / BLOCK_N columns
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_tile = a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
+    b_tile = b_ptr + ks[:, None] * stride_bk + cols[None, :].to(tl.int64) * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for phase in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - phase * BLOCK_K
+        # the M test and the N test differ, as the slides stress: rows/k for A, k/cols for B
+        a = tl.load(a_tile, mask=(rows[:, None] < M) & (ks[None, :] < k_left), other=0.0)
+        b = tl.load(b_tile, mask=(ks[:, None] < k_left) & (cols[None, :] < N), other=0.0)
+        if UPCAST:  # emulation only: the Triton interpreter's bf16 tl.dot returns garbage (triton 3.9)
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        if PRECISION == "none":
+            acc = tl.dot(a, b, acc)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_tile += BLOCK_K * stride_ak
+        b_tile += BLOCK_K * stride_bk
+
+    if not ALPHA_ONE:
+        acc = acc * alpha
+    c_tile = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
+    inside = (rows[:, None] < M) & (cols[None, :] < N)
+    if HAS_BETA:
+        acc += beta * tl.load(c_tile, mask=inside, other=0.0).to(tl.float32)
+    tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=inside)
+
+
+# ---------------------------------------------------------------------------------------------
+# Autotuning: a small space, keyed by dtype/precision and a shape class (log2 buckets of M, N,
+# K), so a new shape in a known class reuses the tuned choice instead of re-tuning.
+
+def _cfg(bm, bn, bk, g, warps, stages):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g},
+                         num_warps=warps, num_stages=stages)
+
+
+CONFIGS_16BIT = [
+    _cfg(128, 256, 64, 8, 8, 3), _cfg(128, 128, 64, 8, 4, 4), _cfg(128, 256, 64, 8, 8, 4),
+    _cfg(256, 128, 64, 8, 8, 3), _cfg(128, 128, 64, 8, 8, 3), _cfg(64, 128, 64, 8, 4, 4),
+    _cfg(64, 64, 64, 8, 4, 4), _cfg(128, 64, 64, 8, 4, 4),
+]
+CONFIGS_TF32 = [
+    _cfg(128, 256, 32, 8, 8, 3), _cfg(128, 128, 32, 8, 4, 4), _cfg(128, 128, 32, 8, 8, 3),
+    _cfg(256, 128, 32, 8, 8, 3), _cfg(64, 128, 32, 8, 4, 4), _cfg(128, 64, 32, 8, 4, 4),
+    _cfg(64, 64, 32, 8, 4, 4),
+]
+CONFIGS_IEEE = [
+    _cfg(128, 128, 8, 8, 8, 3), _cfg(128, 128, 16, 8, 8, 3), _cfg(128, 128, 32, 8, 8, 2),
+    _cfg(128, 256, 16, 8, 8, 2), _cfg(64, 128, 16, 8, 4, 3), _cfg(128, 64, 16, 8, 4, 3),
+    _cfg(64, 64, 32, 8, 4, 3),
+]
+EMULATION_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4}
+
+
+def shape_class(m: int, n: int, k: int) -> tuple[int, int, int]:
+    return tuple(int(math.log2(max(x, 1))) for x in (m, n, k))
+
+
+_tuners: dict[str, Any] = {}
+
+
+def _tuned(kind: str):
+    """One autotuner per precision family (its cache holds the choice per shape class)."""
+    if kind not in _tuners:
+        configs = {"16bit": CONFIGS_16BIT, "tf32": CONFIGS_TF32, "ieee": CONFIGS_IEEE}[kind]
+        _tuners[kind] = triton.autotune(configs=configs, key=["M_CLASS", "N_CLASS", "K_CLASS"],
+                                        restore_value=["c_ptr"])(_entry)
+    return _tuners[kind]
+
+
+@triton.jit
+def _entry(a_ptr, b_ptr, c_ptr, M, N, K,
+           stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+           stride_cb, stride_cm, stride_cn, alpha, beta, M_CLASS, N_CLASS, K_CLASS,
+           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+           GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
+           ALPHA_ONE: tl.constexpr):
+    matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_ab, stride_am, stride_ak,
+                  stride_bb, stride_bk, stride_bn, stride_cb, stride_cm, stride_cn,
+                  alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PRECISION, HAS_BETA, ALPHA_ONE)
+
+
+def tuned_configs() -> dict:
+    """What the autotuners chose so far: {family: {key: config}} (for reports)."""
+    return {kind: {str(k): str(v) for k, v in t.cache.items()} for kind, t in _tuners.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _k_major(t, row_dim: int):
+    """A copy of t whose K dimension is the contiguous one (wgmma reads 32-bit
+    operands only K-major: tf32 with a row-major B would fall off the wgmma path)."""
+    return t.transpose(-1, -2).contiguous().transpose(-1, -2) if row_dim else t.contiguous()
+
+
+@dataclass
+class TritonLaunch:
+    a: Any
+    b: Any
+    c: Any
+    precision: str
+    alpha: float
+    beta: float
+    host_out: Any = None   # the caller's host Operand, when the result must be copied back
+    config: dict | None = None
+
+    def run(self) -> None:
+        a, b, c = self.a, self.b, self.c
+        a3, b3, c3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (a, b, c))
+        B, M, K = a3.shape
+        N = b3.shape[-1]
+        args = (a3, b3, c3, M, N, K, a3.stride(0), a3.stride(1), a3.stride(2),
+                b3.stride(0) if b3.shape[0] > 1 else 0, b3.stride(1), b3.stride(2),
+                c3.stride(0), c3.stride(1), c3.stride(2), self.alpha, self.beta)
+        flags = dict(PRECISION=self.precision, HAS_BETA=self.beta != 0.0, ALPHA_ONE=self.alpha == 1.0)
+        if emulating():
+            flags["UPCAST"] = a.dtype == torch_dtype("bfloat16")
+        if self.config is not None or emulating():
+            cfg = dict(self.config or EMULATION_CONFIG)
+            warps, stages = cfg.pop("num_warps", 4), cfg.pop("num_stages", 3)
+            grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), B)
+            matmul_kernel[grid](*args, **cfg, **flags, num_warps=warps, num_stages=stages)
+        else:
+            kind = "16bit" if self.precision == "none" else self.precision
+            grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), B)  # noqa: E731
+            _tuned(kind)[grid](*args, *shape_class(M, N, K), **flags)
+
+    def finish(self) -> None:
+        if self.host_out is not None:
+            self.host_out.assign_from_torch(self.c)
+
+
+def torch_dtype(name: str):
+    import torch
+    return getattr(torch, name)
+
+
+def check_precision(dtype: str, precision: str | None) -> str:
+    from ..._arrays import TiledmmError
+    allowed = PRECISIONS.get(dtype, (None,))
+    if precision is None:
+        return allowed[0] or "none"
+    if precision not in allowed or allowed == (None,):
+        raise TiledmmError(f"precision {precision!r} is not available for {dtype} inputs "
+                           f"(float32 takes 'ieee' or 'tf32'; bfloat16/float16 take none)")
+    return precision
+
+
+_warned_fp64 = False
+
+
+def _prepare(a, b, out, tile, opts):
+    global _warned_fp64
+    if a.dtype == "float64":  # no float64 tensor-core path worth having: use the SIMT kernel
+        from ...registry import get
+        if not _warned_fp64:
+            warnings.warn("tiledmm: kernel 'triton' has no float64 path; using the SIMT kernel 'tiled' (tile 32)",
+                          stacklevel=4)
+            _warned_fp64 = True
+        if len(a.shape) == 3 or opts.get("alpha", 1.0) != 1.0 or opts.get("beta", 0.0) != 0.0:
+            from ..._arrays import TiledmmError
+            raise TiledmmError("float64 runs on the SIMT kernel, which takes 2-D inputs without alpha/beta")
+        return get("tiled").prepare(a, b, out, 32 if not emulating() else 8, {})
+    precision = check_precision(a.dtype, opts.get("precision"))
+    dev = torch_device()
+    ta, tb = a.torch_view(dev), b.torch_view(dev)
+    if precision == "tf32" and not emulating():
+        if ta.stride(-1) != 1:
+            ta = _k_major(ta, 0)
+        if tb.stride(-2) != 1:
+            tb = _k_major(tb, 1)
+    tc = out.torch_view(dev)
+    return TritonLaunch(ta, tb, tc, precision, float(opts.get("alpha", 1.0)), float(opts.get("beta", 0.0)),
+                        out if out.on_host and dev != "cpu" else None, opts.get("config"))
+
+
+SPEC: KernelSpec = register(KernelSpec(
+    name="triton", family="block",
+    summary="Triton block-tiled GEMM: masked (zero-fill) tiles, tensor cores, grouped order, autotuned",
+    dtypes=BLOCK_DTYPES, prepare=_prepare, batched=True,
+    options=("precision", "alpha", "beta", "out_dtype", "config"), emulation_limit=2 ** 24, order=50))

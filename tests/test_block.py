@@ -1,0 +1,109 @@
+"""The Triton kernel: Triton's interpreter on CPU, the same checks on the GPU (marked)."""
+import numpy as np
+import pytest
+import torch
+
+import tiledmm
+from tiledmm import TiledmmError
+from tiledmm.harness import check_and_time, random_inputs, reference, rel_error, tolerance
+
+from .conftest import GPU
+
+PRECISIONS = [("float32", "ieee"), ("float32", "tf32"), ("bfloat16", None), ("float16", None)]
+DEV = "cuda" if GPU else "cpu"
+
+
+@pytest.mark.parametrize("dtype,precision", PRECISIONS)
+@pytest.mark.parametrize("shape", [(257, 129, 300), (1, 1, 1), (33, 1, 65), (31, 64, 17), (3, 33, 17, 45)])
+def test_rectangular_and_batched(dtype, precision, shape):
+    r = check_and_time("triton", shape, dtype, precision=precision, time_it=False)
+    assert r.ok, r
+
+
+@pytest.mark.parametrize("dtype,precision", PRECISIONS)
+def test_transposed_views_and_alpha_beta(dtype, precision):
+    a, b = random_inputs((40, 70), (50, 40), dtype, seed=3)      # use a.T (70x40) @ b.T (40x50)
+    at, bt = a.T, b.T
+    assert not at.is_contiguous() and not bt.is_contiguous()
+    c0 = random_inputs((70, 50), (1, 1), dtype, seed=4)[0]
+    out = c0.clone()
+    r = tiledmm.matmul(at, bt, kernel="triton", precision=precision, alpha=0.5, beta=-2.0, out=out)
+    assert r is out
+    ref = 0.5 * reference(at, bt) - 2.0 * reference(c0, np.eye(50))
+    assert rel_error(out, ref) <= tolerance(dtype, precision)
+
+
+def test_bf16_inputs_into_float32_out():
+    a, b = random_inputs((30, 20), (20, 10), "bfloat16", seed=5)
+    out = torch.full((30, 10), float("nan"), device=a.device)
+    tiledmm.matmul(a, b, kernel="triton", out=out)
+    assert rel_error(out, reference(a, b)) < 1e-5  # fp32 accumulation, no output rounding
+
+
+def test_numpy_inputs_through_triton():
+    a = np.random.default_rng(0).standard_normal((20, 30)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((30, 7)).astype(np.float32)
+    p = tiledmm.matmul(a, b, kernel="triton")
+    assert isinstance(p, np.ndarray) and rel_error(p, reference(a, b)) < 1e-6
+
+
+def test_float64_falls_back_to_simt_and_says_so():
+    a, b = random_inputs((9, 5), (5, 7), "float64", seed=1)
+    with pytest.warns(UserWarning, match="no float64 path; using the SIMT kernel"):
+        import tiledmm.kernels.block.matmul as m
+        m._warned_fp64 = False
+        p = tiledmm.matmul(a, b, kernel="triton")
+    assert rel_error(p, reference(a, b)) < 1e-13
+
+
+def test_default_kernel():
+    from tiledmm.api import default_kernel
+    assert default_kernel("float32") == ("triton" if GPU else "tiled")
+    assert default_kernel("float64") == "tiled"
+
+
+def _err(match, *args, **kw):
+    with pytest.raises(TiledmmError, match=match):
+        tiledmm.matmul(*args, kernel="triton", **kw)
+
+
+def test_bad_precision_combinations():
+    a = torch.ones(2, 2, device=DEV)
+    _err(r"precision 'tf32' is not available for bfloat16", a.bfloat16(), a.bfloat16(), precision="tf32")
+    _err(r"precision 'fast' is not available for float32", a, a, precision="fast")
+
+
+def test_batch_mismatch():
+    _err(r"batch sizes differ", torch.ones(2, 3, 4, device=DEV), torch.ones(3, 4, 5, device=DEV))
+
+
+def test_batched_rank_mismatch():
+    _err(r"same rank", torch.ones(2, 3, 4, device=DEV), torch.ones(4, 5, device=DEV))
+
+
+def test_out_wrong_shape_dtype_device():
+    a, b = torch.ones(2, 3, device=DEV), torch.ones(3, 4, device=DEV)
+    _err(r"out must be a torch 2x4", a, b, out=torch.empty(4, 2, device=DEV))
+    _err(r"got out: torch 2x4 int32", a, b, out=torch.empty(2, 4, dtype=torch.int32, device=DEV))
+    other = "cpu" if GPU else None
+    if other:
+        _err(r"got out: torch 2x4 float32 on cpu", a, b, out=torch.empty(2, 4, device=other))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,precision", PRECISIONS)
+@pytest.mark.parametrize("shape", [(4097, 4093, 4095), (127, 8191, 127), (8, 512, 512, 512), (1000, 1, 999)])
+def test_gpu_shapes(dtype, precision, shape):
+    r = check_and_time("triton", shape, dtype, precision=precision, time_it=False)
+    assert r.ok, r
+
+
+@pytest.mark.gpu
+def test_gpu_tuned_choice_is_cached():
+    from tiledmm.kernels.block import matmul as m
+    a, b = random_inputs((1500, 1100), (1100, 1300), "bfloat16", seed=9)
+    tiledmm.matmul(a, b)
+    n = len(m.tuned_configs().get("16bit", {}))
+    a, b = random_inputs((1600, 1200), (1200, 1400), "bfloat16", seed=10)  # same shape class
+    tiledmm.matmul(a, b)
+    assert len(m.tuned_configs()["16bit"]) == n
