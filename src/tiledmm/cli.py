@@ -150,6 +150,56 @@ def run(shape: Optional[List[str]] = typer.Option(None, "--shape", "-s", help="J
         raise typer.Exit(1)
 
 
+@command()
+def bench(suite: List[str] = typer.Option(None, "--suite", help="square, irregular, ladder (default: square+irregular; emulation: emulation)"),
+          precision: List[str] = typer.Option(None, "--precision", "-p", help="fp32, tf32, bf16, fp16 (repeatable)"),
+          kernel: Optional[List[str]] = typer.Option(None, "--kernel", "-k", help="kernels (default: every kernel)"),
+          out: str = typer.Option("bench-out", help="folder for bench.csv, bench.json, bench.png"),
+          repeats: int = typer.Option(20), warmup: int = typer.Option(5), seed: int = typer.Option(0)):
+    """Sweep kernels x shapes x precisions against cuBLAS; write CSV/JSON and PNG plots."""
+    from pathlib import Path
+
+    from rich.progress import Progress
+
+    from . import _backend, bench as B, registry
+    gpu = not _backend.emulating()
+    suites = suite or (["square", "irregular"] if gpu else ["emulation"])
+    for s in suites:
+        if s not in B.SUITES:
+            raise typer.BadParameter(f"unknown suite {s!r}; choose from {list(B.SUITES)}")
+    precs = precision or (["fp32", "tf32", "bf16"])
+    for p in precs:
+        if p not in B.PRECISIONS:
+            raise typer.BadParameter(f"unknown precision {p!r}; choose from {list(B.PRECISIONS)}")
+    kernels = [k for k in (kernel or registry.names()) if k != "cublas"]
+    points = B.plan(suites, precs, kernels)
+    with Progress(console=console, transient=True) as progress:
+        rows = B.run(points, repeats=repeats if gpu else 1, warmup=warmup, seed=seed, progress=progress)
+    env = environment()
+    peaks = None
+    if gpu:
+        from .analysis.device import query
+        d = query()
+        peaks = {"fp32": d.fp32_tflops, **{("bf16" if k == "bf16" else k): v for k, v in d.tensor_tflops.items()}}
+    paths = B.write(rows, Path(out), env, peaks)
+    t = Table(title=f"tiledmm bench — {env['device']}")
+    for col in ("suite", "shape", "prec", "kernel", "ms", "TFLOP/s", "x cuBLAS", "rel err", "check"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["suite"], r["shape"], r["precision"], r["kernel"], _fmt(r["ms"], ".3f"), _fmt(r["tflops"], ".1f"),
+                  _fmt(r["vs_cublas"], ".2f"), f"{r['rel_err']:.1e}", "ok" if r["ok"] else "[red]FAIL[/red]")
+    console.print(t)
+    g = Table(title="geometric mean x cuBLAS")
+    for col in ("suite", "prec", "kernel", "geomean", "n"):
+        g.add_column(col)
+    for s in B.summary(rows):
+        g.add_row(s["suite"], s["precision"], s["kernel"], _fmt(s["geomean_vs_cublas"], ".3f"), str(s["n"]))
+    console.print(g)
+    console.print("wrote " + ", ".join(map(str, paths)))
+    if not all(r["ok"] for r in rows):
+        raise typer.Exit(1)
+
+
 @command("kernels")
 def list_kernels():
     """List the registered kernels."""
