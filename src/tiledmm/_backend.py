@@ -42,6 +42,8 @@ def mode() -> str:
     """``"gpu"`` or ``"emulation"``; decided on first call and fixed for the process."""
     global _mode
     if _mode is None:
+        # small toy launches are the point of the lectures' examples: no occupancy nagging
+        os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
         forced = os.environ.get("TILEDMM_EMULATE", "").lower() in _TRUE
         forced = forced or os.environ.get("NUMBA_ENABLE_CUDASIM", "") == "1"
         if forced or _driver_device_count() == 0:
