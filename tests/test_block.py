@@ -107,3 +107,18 @@ def test_gpu_tuned_choice_is_cached():
     a, b = random_inputs((1600, 1200), (1200, 1400), "bfloat16", seed=10)  # same shape class
     tiledmm.matmul(a, b)
     assert len(m.tuned_configs()["16bit"]) == n
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,precision", PRECISIONS)
+@pytest.mark.parametrize("shape", [(1000, 520, 776), (4096, 4096, 4096), (130, 64, 72)])
+def test_gpu_tma_persistent_variant(dtype, precision, shape):
+    """Hopper's TMA path: the copy engine's zero-fill and clipping handle the edges."""
+    r = check_and_time("triton", shape, dtype, precision=precision, time_it=False, options={"variant": "tma"})
+    assert r.ok, r
+
+
+@pytest.mark.skipif(GPU, reason="emulation refuses the TMA variant")
+def test_tma_variant_needs_hopper():
+    a = torch.ones(32, 32)
+    _err(r"variant 'tma' needs a Hopper GPU", a, a, variant="tma")

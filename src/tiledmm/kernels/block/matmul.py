@@ -37,8 +37,8 @@ PRECISIONS = {"float32": ("ieee", "tf32"), "float16": (None,), "bfloat16": (None
 def _tile_id(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
     """Grouped ordering: GROUP_M tile-rows are swept column by column, so the
     programs resident at one time reuse the same A rows and B columns from L2."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
+    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
     num_pid_in_group = GROUP_M * num_pid_n
     group_id = pid // num_pid_in_group
     first_pid_m = group_id * GROUP_M
@@ -93,6 +93,42 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     if HAS_BETA:
         acc += beta * tl.load(c_tile, mask=inside, other=0.0).to(tl.float32)
     tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_bn, stride_cm,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                 GROUP_M: tl.constexpr, PRECISION: tl.constexpr, B_KMAJOR: tl.constexpr,
+                                 NUM_SMS: tl.constexpr):
+    """Hopper's own path: one program per SM walks tiles (persistent), and the tiles
+    arrive through the tensor memory accelerator (TMA) into shared memory. The TMA
+    zero-fills reads outside the matrix and clips writes -- the lectures' two
+    boundary rules, done by the copy engine. Needs 16-byte-aligned row strides."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_KMAJOR:   # B stored K-contiguous (column-major): describe B^T, N x K
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    num_tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = _tile_id(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for phase in range((K + BLOCK_K - 1) // BLOCK_K):
+            a = a_desc.load([off_m, phase * BLOCK_K])
+            if B_KMAJOR:
+                b = b_desc.load([off_n, phase * BLOCK_K]).T
+            else:
+                b = b_desc.load([phase * BLOCK_K, off_n])
+            if PRECISION == "none":
+                acc = tl.dot(a, b, acc)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,6 +187,29 @@ def _entry(a_ptr, b_ptr, c_ptr, M, N, K,
                   alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PRECISION, HAS_BETA, ALPHA_ONE)
 
 
+TMA_CONFIGS = {
+    "16bit": [_cfg(128, 256, 64, 8, 8, 3), _cfg(128, 128, 64, 8, 4, 4), _cfg(128, 256, 64, 8, 8, 4),
+              _cfg(128, 128, 64, 8, 8, 4), _cfg(256, 128, 64, 8, 8, 3)],
+    "tf32": [_cfg(128, 256, 32, 8, 8, 3), _cfg(128, 128, 32, 8, 4, 4), _cfg(128, 128, 32, 8, 8, 4),
+             _cfg(256, 128, 32, 8, 8, 3), _cfg(128, 256, 32, 8, 8, 4)],
+}
+
+
+def _tuned_tma(kind: str):
+    name = "tma-" + kind
+    if name not in _tuners:
+        _tuners[name] = triton.autotune(configs=TMA_CONFIGS[kind], key=["M_CLASS", "N_CLASS", "K_CLASS"])(_tma_entry)
+    return _tuners[name]
+
+
+@triton.jit
+def _tma_entry(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_bn, stride_cm, M_CLASS, N_CLASS, K_CLASS,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+               PRECISION: tl.constexpr, B_KMAJOR: tl.constexpr, NUM_SMS: tl.constexpr):
+    matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_bn, stride_cm,
+                                 BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PRECISION, B_KMAJOR, NUM_SMS)
+
+
 def tuned_configs() -> dict:
     """What the autotuners chose so far: {family: {key: config}} (for reports)."""
     return {kind: {str(k): str(v) for k, v in t.cache.items()} for kind, t in _tuners.items()}
@@ -176,6 +235,8 @@ class TritonLaunch:
     config: dict | None = None
     compiled: Any = None   # the last CompiledKernel (its .asm holds ptx / cubin / sass)
 
+    variant: str | None = None   # None: choose (and remember) per shape class; "blocked" or "tma"
+
     def run(self) -> None:
         a, b, c = self.a, self.b, self.c
         if self.precision == "tf32" and not emulating():
@@ -185,6 +246,15 @@ class TritonLaunch:
                 a = _k_major(a, 0)
             if b.stride(-2) != 1:
                 b = _k_major(b, 1)
+        variant = self.variant
+        if variant is None:
+            variant = _choose_variant(self, a, b, c) if _tma_ok(a, b, c, self.alpha, self.beta) else "blocked"
+        if variant == "tma":
+            self._run_tma(a, b, c)
+        else:
+            self._run_blocked(a, b, c)
+
+    def _run_blocked(self, a, b, c) -> None:
         a3, b3, c3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (a, b, c))
         B, M, K = a3.shape
         N = b3.shape[-1]
@@ -204,9 +274,75 @@ class TritonLaunch:
             grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), B)  # noqa: E731
             self.compiled = _tuned(kind)[grid](*args, *shape_class(M, N, K), **flags)
 
+    def _run_tma(self, a, b, c) -> None:
+        _ensure_allocator()
+        M, K = a.shape
+        N = b.shape[-1]
+        sms = _num_sms()
+        kind = "16bit" if self.precision == "none" else self.precision
+        grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
+        self.compiled = _tuned_tma(kind)[grid](
+            a, b, c, M, N, K, a.stride(0), b.stride(0), b.stride(1), c.stride(0), *shape_class(M, N, K),
+            PRECISION=self.precision, B_KMAJOR=b.stride(0) == 1 and b.stride(1) != 1, NUM_SMS=sms)
+
     def finish(self) -> None:
         if self.host_out is not None:
             self.host_out.assign_from_torch(self.c)
+
+
+def _tma_ok(a, b, c, alpha: float, beta: float) -> bool:
+    """The TMA path: a Hopper GPU, 2-D, plain C = A @ B, unit inner strides and 16-byte
+    aligned row strides and bases (the copy engine's rules)."""
+    if emulating() or a.dim() != 2 or alpha != 1.0 or beta != 0.0 or _capability()[0] < 9:
+        return False
+    esize = a.element_size()
+    b_lead = b.stride(0) if b.stride(1) == 1 else (b.stride(1) if b.stride(0) == 1 else None)
+    if a.stride(1) != 1 or c.stride(1) != 1 or b_lead is None:
+        return False
+    return all((x * esize) % 16 == 0 for x in (a.stride(0), b_lead, c.stride(0))) and \
+        all(t.data_ptr() % 16 == 0 for t in (a, b, c))
+
+
+_variant_choice: dict[tuple, str] = {}
+
+
+def _choose_variant(launch: "TritonLaunch", a, b, c) -> str:
+    """Time both variants once per (dtype, precision, layout, shape class), keep the faster."""
+    key = (str(a.dtype), launch.precision, b.stride(0) == 1, shape_class(a.shape[0], b.shape[-1], a.shape[-1]))
+    if key not in _variant_choice:
+        times = {}
+        for v in ("blocked", "tma"):
+            run = (lambda v=v: launch._run_tma(a, b, c) if v == "tma" else launch._run_blocked(a, b, c))
+            run()  # autotunes on first use
+            times[v] = triton.testing.do_bench(run, warmup=10, rep=50, return_mode="median")
+        _variant_choice[key] = min(times, key=times.get)
+    return _variant_choice[key]
+
+
+def variant_choices() -> dict:
+    return {str(k): v for k, v in _variant_choice.items()}
+
+
+_allocator_set = False
+
+
+def _ensure_allocator() -> None:
+    """Device-side TMA descriptors need a little global scratch memory from the caller."""
+    global _allocator_set
+    if not _allocator_set:
+        import torch
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
+        _allocator_set = True
+
+
+def _num_sms() -> int:
+    import torch
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def _capability() -> tuple:
+    import torch
+    return torch.cuda.get_device_capability()
 
 
 def torch_dtype(name: str):
@@ -244,12 +380,23 @@ def _prepare(a, b, out, tile, opts):
     dev = torch_device()
     ta, tb = a.torch_view(dev), b.torch_view(dev)
     tc = out.torch_view(dev)
-    return TritonLaunch(ta, tb, tc, precision, float(opts.get("alpha", 1.0)), float(opts.get("beta", 0.0)),
-                        out if out.on_host and dev != "cpu" else None, opts.get("config"))
+    variant = opts.get("variant")
+    if variant not in (None, "blocked", "tma"):
+        from ..._arrays import TiledmmError
+        raise TiledmmError(f"variant must be 'blocked' or 'tma', got {variant!r}")
+    launch = TritonLaunch(ta, tb, tc, precision, float(opts.get("alpha", 1.0)), float(opts.get("beta", 0.0)),
+                          out if out.on_host and dev != "cpu" else None, opts.get("config"))
+    if variant == "tma" and not _tma_ok(ta, tb, tc, launch.alpha, launch.beta):
+        from ..._arrays import TiledmmError
+        raise TiledmmError("variant 'tma' needs a Hopper GPU, 2-D inputs without alpha/beta, unit inner strides "
+                           f"and 16-byte aligned rows; got a {tuple(ta.shape)} strides {ta.stride()}, "
+                           f"b {tuple(tb.shape)} strides {tb.stride()}")
+    launch.variant = variant
+    return launch
 
 
 SPEC: KernelSpec = register(KernelSpec(
     name="triton", family="block",
     summary="Triton block-tiled GEMM: masked (zero-fill) tiles, tensor cores, grouped order, autotuned",
     dtypes=BLOCK_DTYPES, prepare=_prepare, batched=True,
-    options=("precision", "alpha", "beta", "out_dtype", "config"), emulation_limit=2 ** 24, order=50))
+    options=("precision", "alpha", "beta", "out_dtype", "config", "variant"), emulation_limit=2 ** 24, order=50))
