@@ -122,3 +122,19 @@ def test_gpu_tma_persistent_variant(dtype, precision, shape):
 def test_tma_variant_needs_hopper():
     a = torch.ones(32, 32)
     _err(r"variant 'tma' needs a Hopper GPU", a, a, variant="tma")
+
+
+@pytest.mark.parametrize("dtype,precision", PRECISIONS)
+@pytest.mark.parametrize("shape", [(17, 1000, 13), (2, 9, 700, 33), (40, 513, 20)])
+def test_split_k_variant(dtype, precision, shape):
+    """Few output tiles, long K: K cut into slices whose fp32 partials are summed after."""
+    r = check_and_time("triton", shape, dtype, precision=precision, time_it=False, options={"variant": "splitk"})
+    assert r.ok, r
+
+
+def test_split_k_alpha_beta():
+    a, b = random_inputs((20, 900), (900, 30), "float32", seed=8)
+    c0 = random_inputs((20, 30), (1, 1), "float32", seed=9)[0]
+    out = c0.clone()
+    tiledmm.matmul(a, b, kernel="triton", variant="splitk", alpha=-0.5, beta=3.0, out=out)
+    assert rel_error(out, -0.5 * reference(a, b) + 3.0 * reference(c0, np.eye(30))) < 1e-5

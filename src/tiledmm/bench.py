@@ -114,7 +114,12 @@ def write(rows: list[dict], outdir: Path, env: dict, peaks: dict | None) -> list
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    paths[1].write_text(json.dumps({"environment": env, "rows": rows, "summary": summary(rows)}, indent=1))
+    tuned = {}
+    if not _backend.emulating():
+        from .kernels.block import matmul as blk
+        tuned = {"configs": blk.tuned_configs(), "variants": blk.variant_choices()}
+    paths[1].write_text(json.dumps({"environment": env, "rows": rows, "summary": summary(rows), "triton": tuned},
+                                   indent=1))
     paths.append(plot(rows, outdir / "bench.png", env.get("device", ""), peaks))
     return paths
 

@@ -195,6 +195,10 @@ def bench(suite: List[str] = typer.Option(None, "--suite", help="square, irregul
     for s in B.summary(rows):
         g.add_row(s["suite"], s["precision"], s["kernel"], _fmt(s["geomean_vs_cublas"], ".3f"), str(s["n"]))
     console.print(g)
+    if gpu:
+        from .kernels.block import matmul as blk
+        for k, v in blk.variant_choices().items():
+            console.print(f"triton variant for {k}: {v}")
     console.print("wrote " + ", ".join(map(str, paths)))
     if not all(r["ok"] for r in rows):
         raise typer.Exit(1)

@@ -17,6 +17,7 @@ GEMM form: C = alpha * A @ B + beta * C, any strides, optional batch dimension.
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -56,12 +57,22 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   alpha, beta,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
-                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False):
+                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False,
+                  K_PER_SPLIT=0, stride_cs=0):
     pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     batch = tl.program_id(1).to(tl.int64)
     a_ptr += batch * stride_ab
     b_ptr += batch * stride_bb
     c_ptr += batch * stride_cb
+    if K_PER_SPLIT > 0:
+        # split-K: program (.., .., s) sums K range [s*K_PER_SPLIT, (s+1)*K_PER_SPLIT) into its own
+        # fp32 slice of a workspace; the slices are added afterwards
+        split = tl.program_id(2)
+        k0 = split * K_PER_SPLIT
+        a_ptr += k0.to(tl.int64) * stride_ak
+        b_ptr += k0.to(tl.int64) * stride_bk
+        c_ptr += split.to(tl.int64) * stride_cs
+        K = tl.minimum(K - k0, K_PER_SPLIT)
 
     # Row and Col of the lectures' kernel, now vectors of BLOCK_M rows / BLOCK_N columns
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -156,6 +167,8 @@ CONFIGS_IEEE = [  # tl.dot needs BLOCK_K >= 16
     _cfg(128, 256, 16, 8, 8, 2), _cfg(64, 128, 16, 8, 4, 3), _cfg(128, 64, 16, 8, 4, 3),
     _cfg(64, 64, 32, 8, 4, 3),
 ]
+SPLITK_CONFIG_16BIT = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}
+SPLITK_CONFIG_32BIT = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}
 EMULATION_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4}
 
 
@@ -188,6 +201,8 @@ def _entry(a_ptr, b_ptr, c_ptr, M, N, K,
 
 
 TMA_CONFIGS = {
+    "ieee": [_cfg(128, 128, 32, 8, 8, 3), _cfg(64, 128, 32, 8, 4, 3), _cfg(128, 64, 32, 8, 4, 4),
+             _cfg(64, 64, 32, 8, 4, 3), _cfg(128, 128, 16, 8, 8, 4)],
     "16bit": [_cfg(128, 256, 64, 8, 8, 3), _cfg(128, 128, 64, 8, 4, 4), _cfg(128, 256, 64, 8, 8, 4),
               _cfg(128, 128, 64, 8, 8, 4), _cfg(256, 128, 64, 8, 8, 3)],
     "tf32": [_cfg(128, 256, 32, 8, 8, 3), _cfg(128, 128, 32, 8, 4, 4), _cfg(128, 128, 32, 8, 8, 4),
@@ -235,24 +250,75 @@ class TritonLaunch:
     config: dict | None = None
     compiled: Any = None   # the last CompiledKernel (its .asm holds ptx / cubin / sass)
 
-    variant: str | None = None   # None: choose (and remember) per shape class; "blocked" or "tma"
+    variant: str | None = None   # None: choose (and remember) per shape class; or one of VARIANTS
 
     def run(self) -> None:
-        a, b, c = self.a, self.b, self.c
-        if self.precision == "tf32" and not emulating():
-            # wgmma reads 32-bit operands K-major only: re-lay a row-major B (or a column-major A)
-            # as a K-major copy, inside the call so that its cost is timed with the product
+        variant = self.variant or (_choose_variant(self) if not emulating() else "blocked")
+        if emulating() and variant == "splitk":   # the interpreter runs it at a toy config
+            return self._run_splitk(*self.operands(variant), self.c)
+        a, b = self.operands(variant)
+        if variant == "tma":
+            self._run_tma(a, b, self.c)
+        elif variant == "splitk":
+            self._run_splitk(a, b, self.c)
+        else:
+            self._run_blocked(a, b, self.c)
+
+    def _run_splitk(self, a, b, c) -> None:
+        """Few output tiles, long K: cut K into S slices so that S times more programs run;
+        each writes an fp32 partial tile, and the partials are summed (in fp32) after."""
+        import torch
+        a3, b3, c3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (a, b, c))
+        B, M, K = a3.shape
+        N = b3.shape[-1]
+        tiles = B * triton.cdiv(M, 64) * triton.cdiv(N, 64)
+        splits = max(1, min(triton.cdiv(2 * _num_sms(), tiles), triton.cdiv(K, 256)))
+        k_per = triton.cdiv(triton.cdiv(K, splits), 64) * 64
+        splits = triton.cdiv(K, k_per)
+        ws = torch.empty((splits, B, M, N), device=c.device, dtype=torch.float32)
+        args = (a3, b3, ws, M, N, K, a3.stride(0), a3.stride(1), a3.stride(2),
+                b3.stride(0) if b3.shape[0] > 1 else 0, b3.stride(1), b3.stride(2),
+                ws.stride(1), ws.stride(2), ws.stride(3), 1.0, 0.0)
+        cfg = SPLITK_CONFIG_16BIT if self.precision == "none" else SPLITK_CONFIG_32BIT
+        extra = {}
+        if emulating():
+            cfg, extra = EMULATION_CONFIG, {"UPCAST": a.dtype == torch_dtype("bfloat16")}
+        grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), B, splits)
+        self.compiled = matmul_kernel[grid](*args, **cfg, **extra, PRECISION=self.precision, HAS_BETA=False,
+                                            ALPHA_ONE=True, K_PER_SPLIT=k_per, stride_cs=ws.stride(0),
+                                            num_warps=4, num_stages=4)
+        total = ws.sum(0)
+        total = total if c.dim() == 3 else total[0]
+        if self.alpha != 1.0:
+            total.mul_(self.alpha)
+        if self.beta != 0.0:
+            total.add_(c.float(), alpha=self.beta)
+        c.copy_(total)
+
+    def operands(self, variant: str):
+        """A and B as the variant reads them. wgmma reads 32-bit operands K-major only, so
+        for tf32 a row-major B (or column-major A) is re-laid as a K-major copy -- here, inside
+        the timed call, so its cost counts -- unless the variant is 'blocked-nocopy'."""
+        a, b = self.a, self.b
+        if self.precision == "tf32" and not emulating() and variant != "blocked-nocopy":
             if a.stride(-1) != 1:
                 a = _k_major(a, 0)
             if b.stride(-2) != 1:
                 b = _k_major(b, 1)
-        variant = self.variant
-        if variant is None:
-            variant = _choose_variant(self, a, b, c) if _tma_ok(a, b, c, self.alpha, self.beta) else "blocked"
-        if variant == "tma":
-            self._run_tma(a, b, c)
-        else:
-            self._run_blocked(a, b, c)
+        return a, b
+
+    def candidates(self) -> list[str]:
+        out = ["blocked"]
+        M, K, N = self.a.shape[-2], self.a.shape[-1], self.b.shape[-1]
+        batch = self.a.shape[0] if self.a.dim() == 3 else 1
+        if batch * triton.cdiv(M, 128) * triton.cdiv(N, 128) < _num_sms() and K >= 1024:
+            out.append("splitk")
+        if self.precision == "tf32" and self.b.stride(-2) != 1:
+            out.append("blocked-nocopy")
+        a, b = self.operands("tma")
+        if _tma_ok(a, b, self.c, self.alpha, self.beta):
+            out.append("tma")
+        return out
 
     def _run_blocked(self, a, b, c) -> None:
         a3, b3, c3 = (x if x.dim() == 3 else x.unsqueeze(0) for x in (a, b, c))
@@ -264,15 +330,15 @@ class TritonLaunch:
         flags = dict(PRECISION=self.precision, HAS_BETA=self.beta != 0.0, ALPHA_ONE=self.alpha == 1.0)
         if emulating():
             flags["UPCAST"] = a.dtype == torch_dtype("bfloat16")
+        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), B)  # noqa: E731
         if self.config is not None or emulating():
             cfg = dict(self.config or EMULATION_CONFIG)
             warps, stages = cfg.pop("num_warps", 4), cfg.pop("num_stages", 3)
-            grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), B)
-            self.compiled = matmul_kernel[grid](*args, **cfg, **flags, num_warps=warps, num_stages=stages)
-        else:
-            kind = "16bit" if self.precision == "none" else self.precision
-            grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]), B)  # noqa: E731
-            self.compiled = _tuned(kind)[grid](*args, *shape_class(M, N, K), **flags)
+            self.compiled = matmul_kernel[grid(cfg)](*args, **cfg, **flags, num_warps=warps, num_stages=stages)
+            return
+        kind = "16bit" if self.precision == "none" else self.precision
+        key = ("blocked", kind, str(a.dtype), str(c.dtype), shape_class(M, N, K), B > 1)
+        self.compiled = _launch_tuned(key, _tuned(kind), matmul_kernel, grid, args, shape_class(M, N, K), flags)
 
     def _run_tma(self, a, b, c) -> None:
         _ensure_allocator()
@@ -281,9 +347,12 @@ class TritonLaunch:
         sms = _num_sms()
         kind = "16bit" if self.precision == "none" else self.precision
         grid = lambda meta: (min(sms, triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)  # noqa: E731
-        self.compiled = _tuned_tma(kind)[grid](
-            a, b, c, M, N, K, a.stride(0), b.stride(0), b.stride(1), c.stride(0), *shape_class(M, N, K),
-            PRECISION=self.precision, B_KMAJOR=b.stride(0) == 1 and b.stride(1) != 1, NUM_SMS=sms)
+        kmajor = b.stride(0) == 1 and b.stride(1) != 1
+        args = (a, b, c, M, N, K, a.stride(0), b.stride(0), b.stride(1), c.stride(0))
+        flags = dict(PRECISION=self.precision, B_KMAJOR=kmajor, NUM_SMS=sms)
+        key = ("tma", kind, str(a.dtype), str(c.dtype), shape_class(M, N, K), kmajor)
+        self.compiled = _launch_tuned(key, _tuned_tma(kind), matmul_tma_persistent_kernel, grid, args,
+                                      shape_class(M, N, K), flags)
 
     def finish(self) -> None:
         if self.host_out is not None:
@@ -303,18 +372,37 @@ def _tma_ok(a, b, c, alpha: float, beta: float) -> bool:
         all(t.data_ptr() % 16 == 0 for t in (a, b, c))
 
 
+VARIANTS = ("blocked", "blocked-nocopy", "tma", "splitk")
 _variant_choice: dict[tuple, str] = {}
+_best: dict[tuple, Any] = {}
 
 
-def _choose_variant(launch: "TritonLaunch", a, b, c) -> str:
-    """Time both variants once per (dtype, precision, layout, shape class), keep the faster."""
-    key = (str(a.dtype), launch.precision, b.stride(0) == 1, shape_class(a.shape[0], b.shape[-1], a.shape[-1]))
+def _launch_tuned(key, tuner, kernel, grid, args, classes, flags):
+    """Autotune once per key; afterwards launch the plain kernel with the chosen config
+    (skipping the autotuner's per-call Python work)."""
+    cfg = _best.get(key)
+    if cfg is None:
+        compiled = tuner[grid](*args, *classes, **flags)
+        _best[key] = tuner.best_config
+        return compiled
+    kw = cfg.kwargs
+    return kernel[grid(kw)](*args, **kw, **flags, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def _choose_variant(launch: "TritonLaunch") -> str:
+    """Time each applicable variant once per (dtype, precision, layout, shape class, batch);
+    keep the fastest."""
+    a, b = launch.a, launch.b
+    key = (str(a.dtype), launch.precision, b.stride(-2) == 1, a.dim() == 3,
+           shape_class(a.shape[-2], b.shape[-1], a.shape[-1]))
     if key not in _variant_choice:
+        cands = launch.candidates()
         times = {}
-        for v in ("blocked", "tma"):
-            run = (lambda v=v: launch._run_tma(a, b, c) if v == "tma" else launch._run_blocked(a, b, c))
-            run()  # autotunes on first use
-            times[v] = triton.testing.do_bench(run, warmup=10, rep=50, return_mode="median")
+        for v in cands:
+            launch.variant = v
+            launch.run()  # autotunes on first use
+            times[v] = triton.testing.do_bench(launch.run, warmup=10, rep=50, return_mode="median")
+        launch.variant = None
         _variant_choice[key] = min(times, key=times.get)
     return _variant_choice[key]
 
@@ -335,11 +423,15 @@ def _ensure_allocator() -> None:
         _allocator_set = True
 
 
+@functools.lru_cache(maxsize=None)
 def _num_sms() -> int:
+    if emulating():
+        return 4   # the interpreter stands in for a small GPU
     import torch
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
 def _capability() -> tuple:
     import torch
     return torch.cuda.get_device_capability()
@@ -381,12 +473,12 @@ def _prepare(a, b, out, tile, opts):
     ta, tb = a.torch_view(dev), b.torch_view(dev)
     tc = out.torch_view(dev)
     variant = opts.get("variant")
-    if variant not in (None, "blocked", "tma"):
+    if variant not in (None, *VARIANTS):
         from ..._arrays import TiledmmError
-        raise TiledmmError(f"variant must be 'blocked' or 'tma', got {variant!r}")
+        raise TiledmmError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
     launch = TritonLaunch(ta, tb, tc, precision, float(opts.get("alpha", 1.0)), float(opts.get("beta", 0.0)),
                           out if out.on_host and dev != "cpu" else None, opts.get("config"))
-    if variant == "tma" and not _tma_ok(ta, tb, tc, launch.alpha, launch.beta):
+    if variant == "tma" and "tma" not in launch.candidates():
         from ..._arrays import TiledmmError
         raise TiledmmError("variant 'tma' needs a Hopper GPU, 2-D inputs without alpha/beta, unit inner strides "
                            f"and 16-byte aligned rows; got a {tuple(ta.shape)} strides {ta.stride()}, "
