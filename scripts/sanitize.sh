@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck / racecheck / synccheck over every SIMT kernel on a
-# rectangular, non-multiple size. Prints one ERROR SUMMARY line per tool and kernel.
+# compute-sanitizer memcheck / racecheck / synccheck over every SIMT kernel, at each of
+# its tiles among 16, 32, 64, 128, on a rectangular non-multiple size (131x77x203).
+# One process per tool runs every kernel; the tool's ERROR SUMMARY covers them all
+# (an error report names the kernel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-KERNELS=${KERNELS:-$(python3 -c "import tiledmm; print(' '.join(s.name for s in tiledmm.registry.all_specs() if s.family == 'simt'))" 2>/dev/null)}
 for tool in memcheck racecheck synccheck; do
-  for k in $KERNELS; do
-    for t in 16 32; do
-      line=$(compute-sanitizer --tool $tool --print-limit 5 python3 -c "
-import torch, tiledmm
+  echo "== $tool"
+  compute-sanitizer --tool $tool --print-limit 10 python3 -c "
+import tiledmm
 from tiledmm.harness import check_and_time
-r = check_and_time('$k', (131, 77, 203), 'float32', tile=$t, time_it=False)
-print('check', 'ok' if r.ok else 'FAIL', r.rel_err)
-" 2>&1 | grep -E "ERROR SUMMARY|check|Error" | tr '\n' ' ')
-      echo "$tool $k tile=$t: $line"
-    done
-  done
+for s in tiledmm.registry.all_specs():
+    if s.family != 'simt':
+        continue
+    for t in (t for t in s.tiles if t in (16, 32, 64, 128)):
+        r = check_and_time(s.name, (131, 77, 203), 'float32', tile=t, time_it=False)
+        print('checked', s.name, t, 'ok' if r.ok else 'FAIL', '%.1e' % r.rel_err, flush=True)
+" 2>&1 | grep -E "ERROR SUMMARY|checked|rror" | head -40
 done

@@ -129,3 +129,27 @@ def test_gpu_threads_outside_P_store_nothing_for_real():
     """On real hardware there is no bounds check: only the guard keeps the ring NaN."""
     test_threads_outside_P_store_nothing()
     test_unguarded_tiled_kernel_is_caught()
+
+
+LADDER = [("naive-uncoalesced", 4), ("coarsen", 64), ("regtile2d", 64), ("regtile2d", 128),
+          ("conflict-free", 64), ("conflict-free", 128), ("double-buffer", 64), ("double-buffer", 128)]
+
+
+@pytest.mark.parametrize("kernel,tile", LADDER)
+@pytest.mark.parametrize("shape", [(70, 19, 65), (64, 16, 64), (1, 9, 130)])
+def test_ladder_rungs(kernel, tile, shape):
+    """Every rung: boundary blocks (zero-fill, guarded store) and interior blocks."""
+    check(kernel, shape, tile)
+
+
+@pytest.mark.parametrize("kernel", ["coarsen", "double-buffer"])
+def test_ladder_float64(kernel):
+    r = check(kernel, (33, 20, 17), 64, dtype="float64")
+    assert r.rel_err < 1e-14
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel,tile", LADDER)
+@pytest.mark.parametrize("shape", [(1000, 777, 1234), (2048, 2048, 2048), (129, 4097, 65)])
+def test_gpu_ladder(kernel, tile, shape):
+    check(kernel, shape, tile)

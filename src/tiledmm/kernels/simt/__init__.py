@@ -1,3 +1,11 @@
 """SIMT kernels in numba-cuda, written the lectures' way (threadIdx, shared arrays,
-syncthreads), one file a rung, numbered in the order of the argument."""
-from . import k01_naive, k02_tiled  # noqa: F401
+syncthreads), one file a rung, numbered in the order of the argument:
+
+1. k01_naive          the lectures' simple kernel (and its uncoalesced launch)
+2. k02_tiled          the lectures' shared-memory tiled kernel
+3. k03_coarsen        thread coarsening: 8 outputs per thread along a column
+4. k04_regtile2d      2-D register tiling: an outer-product micro-tile per thread
+5. k05_conflict_free  conflict-free shared layout, int32 indices, interior fast path
+6. k06_double_buffer  two shared buffers, next tiles prefetched during compute
+"""
+from . import k01_naive, k02_tiled, k03_coarsen, k04_regtile2d, k05_conflict_free, k06_double_buffer  # noqa: F401
