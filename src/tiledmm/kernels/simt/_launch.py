@@ -64,10 +64,15 @@ def prepare_launch(make: Callable, config: Callable, a: Operand, b: Operand, out
     return SimtLaunch(make(tile, out.dtype), grid, block, (dM, dN, dP), host_out, dP)
 
 
+MAKERS: dict[str, Callable] = {}    # kernel name -> make(tile, dtype), for the analysis tools
+CONFIGS: dict[str, Callable] = {}   # kernel name -> launch configuration
+
+
 def register_simt(name: str, summary: str, make: Callable, *, order: int,
                   config: Callable = lecture_config, tiles=LECTURE_TILES, default_tile: int = 16,
                   dtypes=SIMT_DTYPES) -> KernelSpec:
     cached = lru_cache(maxsize=None)(make)
+    MAKERS[name], CONFIGS[name] = cached, config
 
     def prepare(a, b, out, tile, opts):
         return prepare_launch(cached, config, a, b, out, tile)

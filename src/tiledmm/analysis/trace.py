@@ -1,0 +1,251 @@
+"""Memory-access traces of the SIMT kernels, recorded in numba's CUDA simulator.
+
+The kernel runs unchanged; its arrays (the global M, N, P and every shared array)
+are replaced by recording wrappers, and each barrier a thread passes is counted, so
+every access is known with its block, thread, warp, phase and byte address. From
+that: global loads and stores, reuse, sectors and lines per warp request
+(coalescing), shared-memory bank conflicts, and per block and phase which elements
+were loaded, which shared cells were zero-filled, and which threads stored P.
+
+Warp-level requests are reconstructed by grouping the k-th access of each thread of
+a warp to the same array (threads of a warp run in lockstep on the hardware).
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter, defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SECTOR, LINE, BANKS, BANK_BYTES = 32, 128, 32, 4
+
+
+@dataclass
+class Event:
+    op: str          # "ld" | "st"
+    array: str       # "M", "N", "P" or the shared array's name
+    space: str       # "global" | "shared"
+    block: tuple
+    thread: tuple
+    tid: int         # linear thread index in the block
+    phase: int       # barriers this thread had passed
+    index: tuple
+    addr: int        # byte offset within the array
+    zero: bool = False   # shared store of a literal 0 (the lectures' zero-fill)
+
+
+class Recorder:
+    def __init__(self):
+        self.events: list[Event] = []
+        self.lock = threading.Lock()
+
+    def log(self, op, arr, idx, value=None):
+        t = threading.current_thread()
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        idx = tuple(int(i) for i in idx)
+        addr = int(sum(i * s for i, s in zip(idx, arr._a.strides)))
+        zero = op == "st" and arr._space == "shared" and not getattr(t, "_tiledmm_loaded", False)
+        ev = Event(op, arr._name, arr._space, tuple(t.blockIdx), tuple(t.threadIdx), int(t.thread_id),
+                   getattr(t, "_tiledmm_barriers", 0), idx, addr, bool(zero and value == 0))
+        if op == "ld" and arr._space == "global":
+            t._tiledmm_loaded = True
+        elif op == "st" and arr._space == "shared":
+            t._tiledmm_loaded = False
+        with self.lock:
+            self.events.append(ev)
+
+
+class RecArray:
+    """A numpy array that tells the recorder about every element access."""
+
+    def __init__(self, a: np.ndarray, name: str, space: str, rec: Recorder):
+        self._a, self._name, self._space, self._rec = a, name, space, rec
+        self.shape, self.dtype, self.ndim, self.size = a.shape, a.dtype, a.ndim, a.size
+
+    def __getitem__(self, idx):
+        if any(i < 0 or i >= n for i, n in zip(idx if isinstance(idx, tuple) else (idx,), self.shape)):
+            raise IndexError(f"{self._name}{list(idx) if isinstance(idx, tuple) else [idx]} is outside "
+                             f"{self._name}'s shape {self.shape}")
+        self._rec.log("ld", self, idx)
+        return self._a[idx]
+
+    def __setitem__(self, idx, value):
+        if any(i < 0 or i >= n for i, n in zip(idx if isinstance(idx, tuple) else (idx,), self.shape)):
+            raise IndexError(f"store to {self._name}{list(idx) if isinstance(idx, tuple) else [idx]} outside "
+                             f"{self._name}'s shape {self.shape}")
+        self._rec.log("st", self, idx, value)
+        self._a[idx] = value
+
+
+@contextmanager
+def _instrumented(rec: Recorder):
+    """Count barriers per thread; record every shared array the kernel allocates."""
+    import sys
+    import traceback
+
+    from numba.cuda.simulator import kernel as simkernel
+    from numba.cuda.simulator import kernelapi
+    orig_sync = simkernel.BlockThread.syncthreads
+    orig_shared = kernelapi.FakeCUDAShared.array
+
+    def syncthreads(self):
+        orig_sync(self)
+        self._tiledmm_barriers = getattr(self, "_tiledmm_barriers", 0) + 1
+
+    def shared_array(self, shape, dtype, alignment=None):
+        from numba.np import numpy_support
+        from numba.core import types
+        if isinstance(dtype, types.Type):
+            dtype = numpy_support.as_dtype(dtype)
+        frame = traceback.extract_stack(sys._getframe())[-2]
+        key = (frame.filename, frame.lineno)
+        res = self._allocations.get(key)
+        if res is None:
+            name = (frame.line or "shared").split("=")[0].strip()
+            res = RecArray(np.zeros(shape, dtype), name, "shared", rec)
+            self._allocations[key] = res
+        return res
+
+    simkernel.BlockThread.syncthreads = syncthreads
+    kernelapi.FakeCUDAShared.array = shared_array
+    try:
+        yield
+    finally:
+        simkernel.BlockThread.syncthreads = orig_sync
+        kernelapi.FakeCUDAShared.array = orig_shared
+
+
+@dataclass
+class Trace:
+    kernel: str
+    tile: int
+    shape: tuple
+    grid: tuple
+    block: tuple
+    events: list = field(repr=False)
+    result_ok: bool = False
+
+    # -- summaries -----------------------------------------------------------------------------
+    def counts(self) -> dict:
+        c = Counter((e.space, e.op, e.array) for e in self.events)
+        return {f"{s} {o} {a}": n for (s, o, a), n in sorted(c.items())}
+
+    def reuse(self) -> dict:
+        """Global loads per distinct element, for M and N."""
+        out = {}
+        for name in ("M", "N"):
+            loads = [e.index for e in self.events if e.space == "global" and e.op == "ld" and e.array == name]
+            if loads:
+                per = Counter(loads)
+                out[name] = {"loads": len(loads), "unique": len(per), "loads_per_element": len(loads) / len(per),
+                             "min": min(per.values()), "max": max(per.values())}
+        return out
+
+    def _requests(self, space: str):
+        """Warp-level requests: (block, warp, array, op, k) -> list of byte addresses."""
+        seq = Counter()
+        groups = defaultdict(list)
+        threads_x = self.block[0] * (self.block[1] if len(self.block) > 1 else 1)
+        for e in self.events:
+            if e.space != space:
+                continue
+            key_t = (e.block, e.tid, e.array, e.op)
+            k = seq[key_t]
+            seq[key_t] += 1
+            groups[(e.block, e.tid // 32, e.array, e.op, k)].append(e.addr)
+        del threads_x
+        return groups
+
+    def coalescing(self) -> dict:
+        """Per global array and op: requests, mean 32-byte sectors and 128-byte lines per request."""
+        agg = defaultdict(lambda: [0, 0, 0, 0])
+        for (block, warp, arr, op, k), addrs in self._requests("global").items():
+            a = agg[(arr, op)]
+            a[0] += 1
+            a[1] += len({x // SECTOR for x in addrs})
+            a[2] += len({x // LINE for x in addrs})
+            a[3] += len(addrs)
+        return {f"{op} {arr}": {"requests": n, "sectors_per_request": s / n, "lines_per_request": l / n,
+                                "threads_per_request": t / n}
+                for (arr, op), (n, s, l, t) in sorted(agg.items())}
+
+    def bank_conflicts(self) -> dict:
+        """Per shared array and op: requests, and extra wavefronts from bank conflicts
+        (a bank asked for w distinct words serves them in w passes; same word = broadcast)."""
+        agg = defaultdict(lambda: [0, 0, 0])
+        for (block, warp, arr, op, k), addrs in self._requests("shared").items():
+            per_bank = defaultdict(set)
+            for x in addrs:
+                per_bank[(x // BANK_BYTES) % BANKS].add(x // BANK_BYTES)
+            ways = max(len(v) for v in per_bank.values())
+            a = agg[(arr, op)]
+            a[0] += 1
+            a[1] += ways - 1
+            a[2] = max(a[2], ways)
+        return {f"{op} {arr}": {"requests": n, "extra_wavefronts": x, "worst_ways": w}
+                for (arr, op), (n, x, w) in sorted(agg.items())}
+
+    def phases(self) -> list[dict]:
+        """Per block and phase: elements of M and N loaded, shared cells zero-filled,
+        P elements stored (with the storing thread)."""
+        out = defaultdict(lambda: {"M": set(), "N": set(), "zero": defaultdict(set), "P": {}})
+        for e in self.events:
+            ph = e.phase // 2 if self.kernel == "tiled" else e.phase
+            d = out[(e.block, ph)]
+            if e.space == "global" and e.op == "ld" and e.array in ("M", "N"):
+                d[e.array].add(e.index)
+            elif e.space == "shared" and e.op == "st" and e.zero:
+                d["zero"][e.array].add(e.index)
+            elif e.space == "global" and e.op == "st":
+                d["P"][e.index] = e.thread
+        rows = []
+        for (block, ph), d in sorted(out.items()):
+            rows.append({"block": block, "phase": ph, "M": sorted(d["M"]), "N": sorted(d["N"]),
+                         "zero_filled": {k: sorted(v) for k, v in d["zero"].items()},
+                         "stored": sorted(d["P"]), "storing_threads": [d["P"][i] for i in sorted(d["P"])]})
+        return rows
+
+    def stores_by_block(self) -> dict:
+        s = defaultdict(list)
+        for e in self.events:
+            if e.space == "global" and e.op == "st":
+                s[e.block].append(e.index)
+        return {b: sorted(v) for b, v in sorted(s.items())}
+
+    def summary(self) -> dict:
+        return {"kernel": self.kernel, "tile": self.tile, "shape": self.shape, "grid": self.grid,
+                "block": self.block, "correct": self.result_ok, "counts": self.counts(), "reuse": self.reuse(),
+                "coalescing": self.coalescing(), "bank_conflicts": self.bank_conflicts(),
+                "stores_by_block": {str(k): v for k, v in self.stores_by_block().items()}}
+
+
+def trace(kernel: str, shape: tuple, tile: int, dtype: str = "float32", seed: int = 0) -> Trace:
+    """Run ``kernel`` once in the simulator on random J x K x L inputs, recording every access."""
+    from .. import registry
+    from .._arrays import TiledmmError
+    from .._backend import emulating
+    if not emulating():
+        raise TiledmmError("traces are recorded in numba's CUDA simulator: run with TILEDMM_EMULATE=1 "
+                           "(or `tiledmm --emulate trace ...`)")
+    spec = registry.get(kernel)
+    if spec.family != "simt":
+        raise TiledmmError(f"trace records SIMT kernels; {kernel!r} is a {spec.family} kernel")
+    tile = spec.check_tile(tile)
+    J, K, L = shape
+    if J * K * L > 32 ** 3:
+        raise TiledmmError(f"trace of {J}x{K}x{L} would record {2 * J * K * L:,}+ accesses; keep J*K*L <= 32^3")
+    from ..kernels.simt._launch import CONFIGS, MAKERS
+    rng = np.random.default_rng(seed)
+    M = rng.standard_normal((J, K)).astype(dtype)
+    N = rng.standard_normal((K, L)).astype(dtype)
+    P = np.full((J, L), np.nan, dtype)
+    rec = Recorder()
+    grid, block = CONFIGS[kernel](tile, J, K, L)
+    k = MAKERS[kernel](tile, dtype)
+    with _instrumented(rec):
+        k[grid, block](RecArray(M, "M", "global", rec), RecArray(N, "N", "global", rec),
+                       RecArray(P, "P", "global", rec))
+    ok = bool(np.allclose(P, M.astype(np.float64) @ N.astype(np.float64), rtol=1e-4, atol=1e-4))
+    return Trace(kernel, tile, tuple(shape), tuple(grid), tuple(block), rec.events, ok)
