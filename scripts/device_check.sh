@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Everything tiledmm checks and times on a GPU, in one call of the device tool.
-#   scripts/device_check.sh [smoke|bench|profile|all]
+#   scripts/device_check.sh [smoke|ladder|bench|profile|all] [more modes...]
 # Logs and result files go to $OUT (or ./out); the short tables are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-out}; mkdir -p "$OUT"
-what=${1:-smoke}
+what=" ${*:-smoke} "
 if ls .whl/*.whl >/dev/null 2>&1; then   # the device image's numpy 2.5 breaks numba-cuda: carry numpy 2.4
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
@@ -16,7 +16,7 @@ stamp "environment"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton, numba, numpy; from importlib.metadata import version as v; print('torch', torch.__version__, 'triton', triton.__version__, 'numba', numba.__version__, 'numba-cuda', v('numba-cuda'), 'numpy', numpy.__version__)" | tee -a "$OUT/gpu.txt"
 
-if [[ $what == smoke || $what == all ]]; then
+if [[ $what == *" smoke "* || $what == *" all "* ]]; then
   stamp "pytest (every test, on the GPU)"
   python3 -m pytest -q -x -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -15
   stamp "tiledmm run (defaults)"
@@ -26,14 +26,22 @@ if [[ $what == smoke || $what == all ]]; then
   stamp "bench quick (4096^3, fp32/tf32/bf16)"
   python3 -m tiledmm.cli bench --suite quick --kernel triton --out "$OUT/quick" 2>&1 | tee "$OUT/bench_quick.txt" | tail -25
 fi
-if [[ $what == bench || $what == all ]]; then
+if [[ $what == *" ladder "* || $what == *" all "* ]]; then
+  stamp "pytest: the SIMT ladder on the GPU"
+  python3 -m pytest -q -p no:cacheprovider tests/test_simt.py -k "gpu" 2>&1 | tee "$OUT/pytest_ladder.log" | tail -4
+  stamp "ladder resources"
+  python3 scripts/ladder_report.py 2>&1 | tee "$OUT/ladder_resources.txt"
+  stamp "bench ladder (SIMT rungs vs cuBLAS, fp32)"
+  python3 -m tiledmm.cli bench --suite ladder -p fp32 --repeats 10 --out "$OUT/ladder" 2>&1 | tee "$OUT/bench_ladder.txt" | tail -45
+fi
+if [[ $what == *" bench "* || $what == *" all "* ]]; then
   stamp "bench square + irregular"
   python3 -m tiledmm.cli bench --suite square --suite irregular --out "$OUT/bench" 2>&1 | tee "$OUT/bench.txt" | tail -60
 fi
-if [[ $what == profile || $what == all ]]; then
+if [[ $what == *" profile "* || $what == *" all "* ]]; then
   stamp "compute-sanitizer on the SIMT kernels"
   bash scripts/sanitize.sh 2>&1 | tee "$OUT/sanitizer.txt" | tail -20
   stamp "ncu vs model"
-  [ -f scripts/ncu_check.sh ] && bash scripts/ncu_check.sh 2>&1 | tee "$OUT/ncu.txt" | tail -30
+  OUT=$OUT bash scripts/ncu_check.sh 2048 2>&1 | tee "$OUT/ncu.txt" | tail -8
 fi
 stamp "done"

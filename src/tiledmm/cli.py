@@ -204,6 +204,208 @@ def bench(suite: List[str] = typer.Option(None, "--suite", help="square, irregul
         raise typer.Exit(1)
 
 
+def _print_kv(title: str, rows: dict) -> None:
+    t = Table(title=title, show_header=False)
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    for k, v in rows.items():
+        t.add_row(str(k), v if isinstance(v, str) else (f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)))
+    console.print(t)
+
+
+def _profile_or_device(profile: Optional[str]):
+    from .analysis.device import current_or
+    return current_or(profile)
+
+
+@command()
+def device(profile: Optional[str] = typer.Option(None, help="a built-in profile (g80, lecture1536, example150, "
+                                                             "ampere, h100) instead of the GPU in use"),
+           measure: bool = typer.Option(True, help="also measure device-to-device copy bandwidth (GPU only)"),
+           as_json: bool = typer.Option(False, "--json")):
+    """The properties the lectures query (cudaGetDeviceProperties), with derived peaks."""
+    from . import _backend
+    from .analysis.device import measure_copy_bandwidth
+    d = _profile_or_device(profile)
+    rows = d.as_dict()
+    if measure and profile is None and not _backend.emulating():
+        rows["measured copy GB/s (read+write)"] = measure_copy_bandwidth()
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    rows["cc"] = f"{d.cc[0]}.{d.cc[1]}"
+    rows["tensor_tflops"] = ", ".join(f"{k} {v:g}" for k, v in d.tensor_tflops.items()) or "-"
+    _print_kv(f"device — {d.name}", rows)
+
+
+@command()
+def occupancy(tile: Optional[int] = typer.Option(None, help="the lectures' tiled kernel with TILE_WIDTH tile"),
+              kernel: Optional[str] = typer.Option(None, help="a registered SIMT kernel: resources read from its "
+                                                              "compiled code (GPU)"),
+              threads: Optional[int] = typer.Option(None, help="threads per block"),
+              shared: int = typer.Option(0, help="shared memory per block, bytes"),
+              regs: int = typer.Option(0, help="registers per thread"),
+              profile: Optional[str] = typer.Option(None, help="built-in profile (default: the GPU in use)"),
+              as_json: bool = typer.Option(False, "--json")):
+    """Blocks per SM and the limiting factor, by the CUDA rules for the device."""
+    from .analysis.occupancy import numba_resources, occupancy as occ, tiled_shared_bytes
+    d = _profile_or_device(profile)
+    loads = 2
+    if kernel:
+        res = numba_resources(kernel, tile or registry_default_tile(kernel))
+        if not res:
+            raise typer.BadParameter("--kernel reads a compiled kernel: needs a GPU and a SIMT kernel")
+        threads, shared, regs = res["threads_per_block"], res["shared_per_block"], res["regs_per_thread"]
+    elif tile:
+        threads, shared = tile * tile, shared or tiled_shared_bytes(tile)
+    if not threads:
+        raise typer.BadParameter("give --tile, --kernel or --threads")
+    o = occ(d, threads, shared_per_block=shared, regs_per_thread=regs, loads_per_thread=loads)
+    if as_json:
+        print(json.dumps(o.as_dict(), indent=1))
+        return
+    _print_kv(f"occupancy — {d.name}", {k: ("-" if v is None else ", ".join(v) if isinstance(v, list) else v)
+                                        for k, v in o.as_dict().items()})
+
+
+def registry_default_tile(kernel: str) -> int:
+    from . import registry
+    return registry.get(kernel).default_tile
+
+
+@command()
+def model(kernel: List[str] = typer.Option(["naive", "tiled"], "--kernel", "-k"),
+          tile: List[int] = typer.Option([16, 32], "--tile", "-t"),
+          profile: Optional[str] = typer.Option(None, help="built-in profile (default: the GPU in use)"),
+          bandwidth: Optional[float] = typer.Option(None, help="GB/s instead of the profile's peak"),
+          peak: Optional[float] = typer.Option(None, help="GFLOP/s instead of the profile's FP32 peak"),
+          as_json: bool = typer.Option(False, "--json")):
+    """Global bytes per FLOP, the bandwidth-bound ceiling BW/(B/FLOP), and which bound binds."""
+    from . import registry
+    from .analysis.model import roofline
+    d = _profile_or_device(profile)
+    rows = []
+    for k in kernel:
+        spec = registry.get(k)
+        for t in ([None] if k.startswith("naive") or not spec.tiles else [t for t in tile if t in spec.tiles]
+                  or [spec.default_tile]):
+            rows.append(roofline(k, d, t, bandwidth_gbs=bandwidth, peak_gflops=peak).as_dict())
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    t = Table(title=f"traffic model — {d.name}")
+    for col in ("kernel", "tile", "B/FLOP", "FLOP/B", "BW GB/s", "BW-bound GFLOP/s", "peak GFLOP/s", "binds"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(r["kernel"], _fmt(r["tile"], "d"), f"{r['bytes_per_flop']:.4g}", f"{r['intensity']:.3g}",
+                  f"{r['bandwidth_gbs']:.4g}", f"{r['memory_bound_gflops']:,.1f}",
+                  f"{r['compute_peak_gflops']:,.1f}", r["binds"])
+    console.print(t)
+
+
+@command()
+def burst(burst_bytes: int = typer.Option(512, "--burst", help="DRAM burst size, bytes"),
+          peak: float = typer.Option(240.0, help="peak bandwidth, GB/s"),
+          index: List[str] = typer.Option(["4*i", "4*i+1"], "--index", help="element index each thread i reads"),
+          threads: int = typer.Option(1024), itemsize: int = typer.Option(4),
+          as_json: bool = typer.Option(False, "--json")):
+    """Useful fraction of each DRAM burst for an access pattern, and the data rate it allows."""
+    from .analysis.burst import burst_efficiency, parse_index, pattern
+    r = burst_efficiency(pattern([parse_index(e) for e in index], threads, itemsize), burst_bytes, peak)
+    if as_json:
+        print(json.dumps(r.as_dict(), indent=1))
+        return
+    _print_kv(f"burst model — reads {' + '.join(f'A[{e}]' for e in index)}", r.as_dict())
+
+
+def _ensure_emulation(argv_tail: list) -> bool:
+    """Traces need the CUDA simulator: on a GPU process, re-run this command in emulation."""
+    from . import _backend
+    if _backend.emulating():
+        return False
+    import subprocess
+    env = dict(os.environ, TILEDMM_EMULATE="1", TILEDMM_QUIET="1")
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "tiledmm.cli", *argv_tail], env=env))
+
+
+@command()
+def trace(kernel: str = typer.Option("tiled", "--kernel", "-k"), shape: str = typer.Option("3x3x3", "--shape", "-s"),
+          tile: int = typer.Option(2, "--tile", "-t"), phases: bool = typer.Option(True, help="print per block/phase"),
+          as_json: bool = typer.Option(False, "--json")):
+    """Record every memory access of a SIMT kernel (in the simulator) and report reuse,
+    coalescing, bank conflicts, and per block and phase what was loaded, zero-filled and stored."""
+    _ensure_emulation(sys.argv[1:])
+    from .analysis.trace import trace as run_trace
+    tr = run_trace(kernel, parse_shape(shape)[-3:], tile)
+    summ = tr.summary()
+    if as_json:
+        summ["phases"] = tr.phases()
+        print(json.dumps(summ, indent=1, default=str))
+        return
+    _print_kv(f"trace — {kernel} TILE {tile} {shape}: grid {tr.grid}, block {tr.block}, "
+              f"{'correct' if tr.result_ok else 'WRONG'}", summ["counts"])
+    t = Table(title="reuse: global loads per element")
+    for col in ("array", "loads", "unique", "per element", "min", "max"):
+        t.add_column(col, justify="right")
+    for a, r in summ["reuse"].items():
+        t.add_row(a, str(r["loads"]), str(r["unique"]), f"{r['loads_per_element']:.3g}", str(r["min"]), str(r["max"]))
+    console.print(t)
+    t = Table(title="coalescing: per warp request")
+    for col in ("access", "requests", "sectors/request", "128B lines/request", "threads/request"):
+        t.add_column(col, justify="right")
+    for a, r in summ["coalescing"].items():
+        t.add_row(a, str(r["requests"]), f"{r['sectors_per_request']:.3g}", f"{r['lines_per_request']:.3g}",
+                  f"{r['threads_per_request']:.3g}")
+    console.print(t)
+    t = Table(title="shared memory bank conflicts")
+    for col in ("access", "requests", "extra wavefronts", "worst n-way"):
+        t.add_column(col, justify="right")
+    for a, r in summ["bank_conflicts"].items():
+        t.add_row(a, str(r["requests"]), str(r["extra_wavefronts"]), str(r["worst_ways"]))
+    console.print(t)
+    if phases:
+        for p in tr.phases():
+            console.print(f"block {p['block'][:2]} phase {p['phase']}: M {p['M']} N {p['N']} "
+                          f"zero-filled {p['zero_filled']} stored {p['stored']}")
+
+
+@command()
+def explain(shape: str = typer.Option("3x3x3", "--shape", "-s"), tile: int = typer.Option(2, "--tile", "-t"),
+            out: str = typer.Option("explain.svg", help="output file: .svg or .png")):
+    """Draw the slides' toy example from a trace: per block and phase, the loaded tiles,
+    the zero-filled shared cells, and the threads that store P."""
+    _ensure_emulation(sys.argv[1:])
+    from .analysis.explain import explain_figure
+    from .analysis.trace import trace as run_trace
+    path = explain_figure(run_trace("tiled", parse_shape(shape)[-3:], tile), out)
+    console.print(f"wrote {path}")
+
+
+@command()
+def roofline(bench_json: Optional[str] = typer.Option(None, "--bench", help="bench.json to place measured points"),
+             profile: Optional[str] = typer.Option(None), out: str = typer.Option("roofline.png"),
+             bandwidth: Optional[float] = typer.Option(None, help="GB/s (e.g. the measured copy rate)")):
+    """Roofline chart (PNG): each SIMT kernel at its modelled intensity and, with --bench, its measured rate."""
+    from . import registry
+    from .analysis.explain import roofline_figure
+    from .analysis.model import bytes_per_flop
+    d = _profile_or_device(profile)
+    measured = {}
+    if bench_json:
+        for r in json.loads(open(bench_json).read())["rows"]:
+            if r["precision"] == "fp32" and r["tflops"]:
+                key = (r["kernel"], r["tile"])
+                measured[key] = max(measured.get(key, 0), r["tflops"] * 1000)
+    points = []
+    for s in registry.all_specs():
+        if s.family != "simt":
+            continue
+        for t in ([s.default_tile] if s.name != "tiled" else [16, 32]):
+            points.append({"label": f"{s.name}" + (f" T{t}" if s.name == "tiled" else ""),
+                           "intensity": 1 / bytes_per_flop(s.name, t), "gflops": measured.get((s.name, t))})
+    console.print(f"wrote {roofline_figure(d, points, out, bandwidth)}")
+
+
 @command("kernels")
 def list_kernels():
     """List the registered kernels."""
