@@ -36,19 +36,21 @@ def read_ncu(path: str) -> list[dict]:
         except ValueError:
             continue
         scale = {"Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "byte": 1, "KB": 1024, "MB": 2**20, "GB": 2**30,
-                 "usecond": 1e-6, "msecond": 1e-3, "nsecond": 1e-9, "second": 1}.get(unit, 1)
+                 "usecond": 1e-6, "msecond": 1e-3, "nsecond": 1e-9, "second": 1,
+                 "ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1}.get(unit, 1)
         rows[rid][r["Metric Name"]] = v * scale
     return [dict(rows[i], kernel=names[i]) for i in sorted(rows)]
 
 
 def trace_prediction(kernel: str, tile: int) -> dict:
     """Sectors per global load request and bank conflicts per shared request, from a
-    simulator trace of 2*tile x 2*tile x 2*tile (same launch shape, interior + edges)."""
-    n = 2 * tile
+    simulator trace of 2*tile x tile x 2*tile (the same launch shape, 2 x 2 blocks)."""
     env = dict(os.environ, TILEDMM_EMULATE="1", TILEDMM_QUIET="1")
-    out = subprocess.run([sys.executable, "-m", "tiledmm.cli", "trace", "-k", kernel, "-s", f"{n}x{n}x{n}",
-                          "-t", str(tile), "--json", "--no-phases"], capture_output=True, text=True, env=env,
-                         timeout=600)
+    out = subprocess.run([sys.executable, "-m", "tiledmm.cli", "trace", "-k", kernel, "-s",
+                          f"{2 * tile}x{tile}x{2 * tile}", "-t", str(tile), "--json", "--no-phases"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"trace of {kernel} T{tile} failed: {out.stdout[-500:]} {out.stderr[-1500:]}")
     s = json.loads(out.stdout)
     co = s["coalescing"]
     req = sum(v["requests"] for k, v in co.items() if k.startswith("ld"))
@@ -79,8 +81,13 @@ def compare(path: str, n: int) -> list[dict]:
             "l2_read_bytes_ncu": m.get("lts__t_sectors_srcunit_tex_op_read.sum", 0) * 32,
             "sectors_per_ld_request_ncu": ld_sec / ld_req if ld_req else None,
             "sectors_per_ld_request_trace": pred["sectors_per_ld_request"],
+            # loads requested by threads / 32 = warp requests; x sectors per request (trace) x 32 B
+            "l1_ld_bytes_trace_model": model["requested_read"] / 4 / 32 * (pred["sectors_per_ld_request"] or 0) * 32,
+            "ld_requests_ncu": ld_req, "ld_requests_model": model["requested_read"] / 4 / 32,
             "bank_conflicts_ncu": m.get("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", 0)
             + m.get("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", 0),
+            "shared_ld_wavefronts_ncu": m.get("l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
+            "shared_ld_instructions_ncu": m.get("smsp__inst_executed_op_shared_ld.sum"),
             "bank_extra_wavefronts_trace": pred["shared_extra_wavefronts"],
         })
     return out
@@ -90,16 +97,18 @@ def main(argv: list[str]) -> None:
     path, n = argv[0], int(argv[1]) if len(argv) > 1 else 2048
     rows = compare(path, n)
     print(json.dumps(rows, indent=1))
-    hdr = ("kernel", "ms", "DRAM ncu", "DRAM compulsory", "L1 ld ncu", "L1 ld model", "ratio", "sect/req ncu",
-           "sect/req trace", "bank confl ncu")
+    hdr = ("kernel", "ms", "DRAM ncu", "DRAM compulsory", "L1 ld ncu", "L1 ld model(req x sect/req)", "ratio",
+           "sect/req ncu", "sect/req trace", "bank confl ncu", "shared ld wavefronts / instr (ncu)")
     print(" | ".join(hdr))
     for r in rows:
-        ratio = r["l1_ld_bytes_ncu"] / r["l1_ld_bytes_model"] if r["l1_ld_bytes_model"] else float("nan")
+        ratio = r["l1_ld_bytes_ncu"] / r["l1_ld_bytes_trace_model"] if r["l1_ld_bytes_trace_model"] else float("nan")
+        wf = (f"{r['shared_ld_wavefronts_ncu']:.3g} / {r['shared_ld_instructions_ncu']:.3g}"
+              if r.get("shared_ld_wavefronts_ncu") and r.get("shared_ld_instructions_ncu") else "-")
         print(" | ".join([r["kernel"], f"{r['time_ms']:.2f}", f"{r['dram_bytes_ncu'] / 1e6:.1f} MB",
                           f"{r['dram_compulsory_model'] / 1e6:.1f} MB", f"{r['l1_ld_bytes_ncu'] / 1e9:.2f} GB",
-                          f"{r['l1_ld_bytes_model'] / 1e9:.2f} GB", f"{ratio:.3f}",
+                          f"{r['l1_ld_bytes_trace_model'] / 1e9:.2f} GB", f"{ratio:.3f}",
                           f"{r['sectors_per_ld_request_ncu'] or 0:.2f}", f"{r['sectors_per_ld_request_trace'] or 0:.2f}",
-                          f"{r['bank_conflicts_ncu']:.0f}"]))
+                          f"{r['bank_conflicts_ncu']:.0f}", wf]))
 
 
 if __name__ == "__main__":

@@ -104,7 +104,6 @@ def numba_resources(kernel: str, tile: int, dtype: str = "float32", shape=(256, 
     grid, block = _launch.CONFIGS[kernel](tile, J, K, L)
     k[grid, block](a, b, p)
     cuda.synchronize()
-    sig = next(iter(k.overloads))
-    threads = int(np.prod(block))
-    return {"regs_per_thread": k.get_regs_per_thread(sig), "shared_per_block": k.get_shared_mem_per_block(sig),
-            "local_per_thread": k.get_local_mem_per_thread(sig), "threads_per_block": threads}
+    compiled = next(iter(k.overloads.values()))
+    return {"regs_per_thread": compiled.regs_per_thread, "shared_per_block": compiled.shared_mem_per_block,
+            "local_per_thread": compiled.local_mem_per_thread, "threads_per_block": int(np.prod(block))}

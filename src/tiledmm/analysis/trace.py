@@ -234,8 +234,8 @@ def trace(kernel: str, shape: tuple, tile: int, dtype: str = "float32", seed: in
         raise TiledmmError(f"trace records SIMT kernels; {kernel!r} is a {spec.family} kernel")
     tile = spec.check_tile(tile)
     J, K, L = shape
-    if J * K * L > 32 ** 3:
-        raise TiledmmError(f"trace of {J}x{K}x{L} would record {2 * J * K * L:,}+ accesses; keep J*K*L <= 32^3")
+    if J * K * L > 64 ** 3:
+        raise TiledmmError(f"trace of {J}x{K}x{L} would record {2 * J * K * L:,}+ accesses; keep J*K*L <= 64^3")
     from ..kernels.simt._launch import CONFIGS, MAKERS
     rng = np.random.default_rng(seed)
     M = rng.standard_normal((J, K)).astype(dtype)

@@ -25,6 +25,7 @@ def make(tile: int, dtype: str):
     acc_t = numba_type(dtype)
     BM, BN, TM, TN = shape(tile)
     load_a, _, load_b, _ = loaders(BM, BN, BK, NT, dtype, False)
+    NACC, TR, TC = TM * TN, BM // TM, BN // TN   # numba needs literal sizes: compute them here
     store_c = store(TM, TN, 1, 1)
 
     @cuda.jit
@@ -32,14 +33,14 @@ def make(tile: int, dtype: str):
         As = cuda.shared.array((BM, BK), acc_t)
         Bs = cuda.shared.array((BK, BN), acc_t)
         tid = cuda.threadIdx.x
-        trow = tid // (BN // TN)
-        tcol = tid % (BN // TN)
+        trow = tid // TC
+        tcol = tid % TC
         row0 = cuda.blockIdx.y * BM
         col0 = cuda.blockIdx.x * BN
-        acc = cuda.local.array(TM * TN, acc_t)
+        acc = cuda.local.array(NACC, acc_t)
         regM = cuda.local.array(TM, acc_t)
         regN = cuda.local.array(TN, acc_t)
-        for i in range(TM * TN):
+        for i in range(NACC):
             acc[i] = 0
         for k0 in range(0, M.shape[1], BK):
             load_a(M, As, row0, k0, tid)

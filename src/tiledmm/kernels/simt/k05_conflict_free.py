@@ -28,12 +28,13 @@ def make(tile: int, dtype: str):
     acc_t = numba_type(dtype)
     BM, BN, TM, TN = shape(tile)
     TR, TC = BM // TM, BN // TN          # 16 x 16 threads
+    NACC, AS_SHAPE = TM * TN, (BK, BM + PAD)   # numba needs literal sizes: compute them here
     load_a, load_a_fast, load_b, load_b_fast = loaders(BM, BN, BK, NT, dtype, True)
     store_c = store(TM, TN, TR, TC)
 
     @cuda.jit
     def conflict_free(M, N, P):
-        As = cuda.shared.array((BK, BM + PAD), acc_t)
+        As = cuda.shared.array(AS_SHAPE, acc_t)
         Bs = cuda.shared.array((BK, BN), acc_t)
         J = int32(M.shape[0])
         K = int32(M.shape[1])
@@ -44,10 +45,10 @@ def make(tile: int, dtype: str):
         row0 = int32(cuda.blockIdx.y) * BM
         col0 = int32(cuda.blockIdx.x) * BN
         interior = row0 + BM <= J and col0 + BN <= L
-        acc = cuda.local.array(TM * TN, acc_t)
+        acc = cuda.local.array(NACC, acc_t)
         regM = cuda.local.array(TM, acc_t)
         regN = cuda.local.array(TN, acc_t)
-        for i in range(TM * TN):
+        for i in range(NACC):
             acc[i] = 0
         for k0 in range(int32(0), K, BK):
             if interior and k0 + BK <= K:

@@ -25,25 +25,26 @@ def make(tile: int, dtype: str):
     BM, BN, TM, TN = shape(tile)
     TR, TC = BM // TM, BN // TN
     LA, LB = BM * BK // NT, BK * BN // NT
+    NACC, AS_SHAPE, BS_SHAPE = TM * TN, (2, BK, BM + PAD), (2, BK, BN)   # literal sizes for numba
     fetch_a, stash_a, fetch_b, stash_b = prefetchers(BM, BN, BK, NT, dtype)
     store_c = store(TM, TN, TR, TC)
 
     @cuda.jit
     def double_buffer(M, N, P):
-        As = cuda.shared.array((2, BK, BM + PAD), acc_t)
-        Bs = cuda.shared.array((2, BK, BN), acc_t)
+        As = cuda.shared.array(AS_SHAPE, acc_t)
+        Bs = cuda.shared.array(BS_SHAPE, acc_t)
         K = int32(M.shape[1])
         tid = int32(cuda.threadIdx.x)
         trow = tid // TC
         tcol = tid % TC
         row0 = int32(cuda.blockIdx.y) * BM
         col0 = int32(cuda.blockIdx.x) * BN
-        acc = cuda.local.array(TM * TN, acc_t)
+        acc = cuda.local.array(NACC, acc_t)
         regM = cuda.local.array(TM, acc_t)
         regN = cuda.local.array(TN, acc_t)
         nextA = cuda.local.array(LA, acc_t)
         nextB = cuda.local.array(LB, acc_t)
-        for i in range(TM * TN):
+        for i in range(NACC):
             acc[i] = 0
         fetch_a(M, row0, 0, tid, nextA)
         fetch_b(N, 0, col0, tid, nextB)
