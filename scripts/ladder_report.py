@@ -17,3 +17,4 @@ for s in registry.all_specs():
                       regs_per_thread=r["regs_per_thread"])
         print(f"{s.name:18s} {t:4d} {r['threads_per_block']:5d} {r['regs_per_thread']:5d} {r['shared_per_block']:7d} "
               f"{r['local_per_thread']:7d} {o.blocks_per_sm:6d} {o.occupancy:5.2f} {','.join(o.limited_by)}")
+        print(f"{'':18s} SASS (static counts): {r['sass']}")

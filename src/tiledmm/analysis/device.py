@@ -86,7 +86,7 @@ def query(index: int = 0) -> DeviceProfile:
         prof = DeviceProfile(
             name=name, cc=cc, sms=sms,
             max_threads_per_block=g("MAX_THREADS_PER_BLOCK"),
-            max_threads_per_sm=g("MAX_THREADS_PER_MULTI_PROCESSOR"),
+            max_threads_per_sm=g("MAX_THREADS_PER_MULTIPROCESSOR"),
             max_blocks_per_sm=g("MAX_BLOCKS_PER_MULTIPROCESSOR", 32),
             shared_per_sm=g("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"),
             shared_per_block=g("MAX_SHARED_MEMORY_PER_BLOCK"),

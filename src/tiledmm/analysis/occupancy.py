@@ -105,5 +105,19 @@ def numba_resources(kernel: str, tile: int, dtype: str = "float32", shape=(256, 
     k[grid, block](a, b, p)
     cuda.synchronize()
     compiled = next(iter(k.overloads.values()))
-    return {"regs_per_thread": compiled.regs_per_thread, "shared_per_block": compiled.shared_mem_per_block,
-            "local_per_thread": compiled.local_mem_per_thread, "threads_per_block": int(np.prod(block))}
+    out = {"regs_per_thread": compiled.regs_per_thread, "shared_per_block": compiled.shared_mem_per_block,
+           "local_per_thread": compiled.local_mem_per_thread, "threads_per_block": int(np.prod(block))}
+    try:  # instruction mix of the SASS (needs nvdisasm)
+        import re
+        sass = k.inspect_sass(next(iter(k.overloads)))
+        ops = re.findall(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", sass, re.M)
+        mix = {}
+        for op in ops:
+            base = op.split(".")[0]
+            key = op if base in ("LDS", "LDG", "STS", "STG") else base
+            mix[key] = mix.get(key, 0) + 1
+        out["sass"] = {k2: v for k2, v in sorted(mix.items()) if k2.split(".")[0] in
+                       ("FFMA", "DFMA", "LDS", "LDG", "STS", "STG", "BAR", "LDL", "STL", "IMAD", "IADD3", "LEA")}
+    except Exception as e:  # noqa: BLE001
+        out["sass"] = {"unavailable": str(e)[:80]}
+    return out
