@@ -406,6 +406,26 @@ def roofline(bench_json: Optional[str] = typer.Option(None, "--bench", help="ben
     console.print(f"wrote {roofline_figure(d, points, out, bandwidth)}")
 
 
+@command()
+def claims(markdown: Optional[str] = typer.Option(None, help="write the table as Markdown to this file")):
+    """Every quantitative claim in the lectures, recomputed by tiledmm (traces need emulation)."""
+    from . import _backend
+    from .analysis.claims import markdown as md, table
+    if not _backend.emulating():
+        _ensure_emulation(sys.argv[1:])
+    rows = table(_backend.emulating())
+    if markdown:
+        open(markdown, "w").write(md(rows))
+        console.print(f"wrote {markdown}")
+    t = Table(title="the lectures' numbers, recomputed")
+    for col in ("seed", "claim", "slide", "tiledmm", "agrees"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["seed"], r["claim"], str(r["slide"]), str(r["tiledmm"]),
+                  {True: "yes", False: "[yellow]no[/yellow]", None: "-"}[r["agrees"]])
+    console.print(t)
+
+
 @command("kernels")
 def list_kernels():
     """List the registered kernels."""

@@ -7,5 +7,7 @@ syncthreads), one file a rung, numbered in the order of the argument:
 4. k04_regtile2d      2-D register tiling: an outer-product micro-tile per thread
 5. k05_conflict_free  conflict-free shared layout, int32 indices, interior fast path
 6. k06_double_buffer  two shared buffers, next tiles prefetched during compute
+7. k07_flat_shared    1-D shared tiles at compile-time strides (less address arithmetic)
 """
-from . import k01_naive, k02_tiled, k03_coarsen, k04_regtile2d, k05_conflict_free, k06_double_buffer  # noqa: F401
+from . import (  # noqa: F401
+    k01_naive, k02_tiled, k03_coarsen, k04_regtile2d, k05_conflict_free, k06_double_buffer, k07_flat_shared)

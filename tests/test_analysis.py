@@ -1,0 +1,130 @@
+"""The analysis layer on CPU: occupancy rules, traffic model, burst model, traces, pictures, CLI."""
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tiledmm.analysis.burst import burst_efficiency, parse_index, pattern
+from tiledmm.analysis.device import PROFILES, profile
+from tiledmm.analysis.model import bytes_per_flop, dram_bytes, roofline
+from tiledmm.analysis.occupancy import occupancy, tiled_shared_bytes
+from tiledmm import TiledmmError
+
+from .conftest import GPU
+from .test_cli import tiledmm
+
+
+def test_occupancy_rules_h100():
+    h = profile("h100")
+    o = occupancy(h, 256, shared_per_block=tiled_shared_bytes(16), regs_per_thread=24)
+    assert (o.blocks_per_sm, o.limited_by) == (8, ["threads"])
+    # registers: 160 per thread -> 160*32 = 5120 per warp -> 12 warps per SM -> one 8-warp block
+    o = occupancy(h, 256, shared_per_block=8320, regs_per_thread=160)
+    assert (o.blocks_by_regs, o.blocks_per_sm, o.limited_by) == (1, 1, ["registers"])
+    # shared memory binds with large tiles: 100 KB + 1 KB reserved -> 2 per 228 KB SM
+    o = occupancy(h, 128, shared_per_block=100 * 1024)
+    assert (o.blocks_by_shared, o.limited_by) == (2, ["shared memory"])
+
+
+def test_occupancy_refuses_what_cannot_launch():
+    o = occupancy(profile("g80"), 1024, shared_per_block=8192)
+    assert not o.launchable and "512" in o.why_not and o.blocks_per_sm == 0
+    o = occupancy(profile("h100"), 256, shared_per_block=300 * 1024)
+    assert not o.launchable and "shared memory" in o.why_not
+
+
+def test_traffic_model():
+    assert bytes_per_flop("naive") == 4.0
+    assert bytes_per_flop("tiled", 16) == 0.25
+    assert bytes_per_flop("regtile2d", 128) == pytest.approx(4 * 256 / (2 * 128 * 128))
+    r = roofline("tiled", profile("h100"), 32)
+    assert r.memory_bound_gflops == pytest.approx(3350 / 0.125) and r.binds == "memory bandwidth"  # 26.8 < 66.9
+    d = dram_bytes("tiled", 2048, 2048, 2048, 16)
+    assert d["requested_read"] == 2 * 2048 * 2048 * 128 * 4
+    assert d["compulsory_read"] == 2 * 2048 * 2048 * 4
+
+
+def test_burst_model_contiguous_and_strided():
+    full = burst_efficiency(pattern([parse_index("i")], 256), 128, 100.0)
+    assert full.useful_fraction == 1.0 and full.effective_gbs == 100.0
+    quarter = burst_efficiency(pattern([parse_index("4*i")], 256), 128, 100.0)
+    assert quarter.useful_fraction == 0.25
+    with pytest.raises(TiledmmError, match="index expression"):
+        parse_index("__import__('os')")
+
+
+def test_profiles_cover_the_lectures():
+    assert {"g80", "lecture1536", "ampere", "h100", "example150"} <= set(PROFILES)
+    with pytest.raises(TiledmmError, match="unknown device profile 'x'"):
+        profile("x")
+
+
+@pytest.mark.skipif(GPU, reason="traces run in emulation")
+def test_trace_tiled_toy_case():
+    from tiledmm.analysis.trace import trace
+    t = trace("tiled", (3, 3, 3), 2)
+    assert t.result_ok
+    assert t.stores_by_block()[(1, 1, 0)] == [(2, 2)]
+    ph = {(p["block"][:2], p["phase"]): p for p in t.phases()}
+    # Block(0,0) phase 1: M[0..1, 2] and N[2, 0..1] loaded; the rest of both tiles zero-filled
+    p = ph[((0, 0), 1)]
+    assert p["M"] == [(0, 2), (1, 2)] and p["N"] == [(2, 0), (2, 1)]
+    assert p["zero_filled"] == {"subTileM": [(0, 1), (1, 1)], "subTileN": [(1, 0), (1, 1)]}
+    assert t.bank_conflicts()["ld subTileN"]["extra_wavefronts"] == 0
+
+
+@pytest.mark.skipif(GPU, reason="traces run in emulation")
+def test_trace_sees_bank_conflicts_and_uncoalesced_access():
+    from tiledmm.analysis.trace import trace
+    bc = trace("regtile2d", (64, 16, 64), 64).bank_conflicts()
+    # thread t reads Bs[k, 4t .. 4t+3]: threads t and t+8 share banks; As rows 32 words apart: 2-way
+    assert bc["ld Bs"]["worst_ways"] == 2 and bc["ld As"]["worst_ways"] == 2
+    assert bc["ld Bs"]["extra_wavefronts"] == bc["ld Bs"]["requests"]
+    bc = trace("conflict-free", (64, 16, 64), 64).bank_conflicts()  # strided micro-tile, k-major padded As
+    assert all(v["extra_wavefronts"] == 0 for v in bc.values())
+    t = trace("naive-uncoalesced", (32, 8, 32), 16)
+    assert t.coalescing()["ld M"]["sectors_per_request"] == 16
+
+
+@pytest.mark.skipif(GPU, reason="traces run in emulation")
+def test_trace_is_fast_for_the_toy_cases():
+    import time
+    t0 = time.perf_counter()
+    from tiledmm.analysis.trace import trace
+    trace("tiled", (3, 3, 3), 2)
+    trace("tiled", (4, 4, 4), 2)
+    assert time.perf_counter() - t0 < 5.0
+
+
+@pytest.mark.skipif(GPU, reason="runs in emulation")
+def test_explain_draws_svg(tmp_path):
+    p = tiledmm("explain", "--out", str(tmp_path / "e.svg"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    root = ET.parse(tmp_path / "e.svg").getroot()
+    assert root.tag.endswith("svg")
+    text = (tmp_path / "e.svg").read_text()
+    assert "Block(y=1,x=1)" in text and "M2,2" in text
+
+
+def test_cli_analysis_commands(tmp_path):
+    p = tiledmm("occupancy", "--tile", "16", "--profile", "g80", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)["blocks_per_sm"] == 3
+    p = tiledmm("model", "--profile", "example150", "--json")
+    rows = json.loads(p.stdout)
+    assert [r["memory_bound_gflops"] for r in rows] == [37.5, 600.0, 1200.0]
+    p = tiledmm("burst", "--json")
+    assert json.loads(p.stdout)["effective_gbs"] == 120.0
+    p = tiledmm("device", "--profile", "ampere", "--json")
+    assert json.loads(p.stdout)["shared_per_sm"] == 164 * 1024
+    p = tiledmm("roofline", "--profile", "h100", "--out", str(tmp_path / "r.png"))
+    assert p.returncode == 0 and (tmp_path / "r.png").stat().st_size > 10000
+    p = tiledmm("occupancy", "--tile", "16", "--profile", "nope")
+    assert p.returncode == 2 and "unknown device profile" in p.stdout
+
+
+@pytest.mark.skipif(GPU, reason="runs in emulation")
+def test_cli_trace_json():
+    p = tiledmm("trace", "--shape", "3x3x3", "--tile", "2", "--json")
+    assert p.returncode == 0, p.stderr
+    s = json.loads(p.stdout)
+    assert s["stores_by_block"]["(1, 1, 0)"] == [[2, 2]] and s["correct"]
