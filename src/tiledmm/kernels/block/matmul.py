@@ -58,21 +58,21 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
                   ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False,
-                  K_PER_SPLIT=0, stride_cs=0):
+                  K_PER_SPLIT=None, stride_cs=0):
     pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     batch = tl.program_id(1).to(tl.int64)
     a_ptr += batch * stride_ab
     b_ptr += batch * stride_bb
     c_ptr += batch * stride_cb
-    if K_PER_SPLIT > 0:
-        # split-K: program (.., .., s) sums K range [s*K_PER_SPLIT, (s+1)*K_PER_SPLIT) into its own
-        # fp32 slice of a workspace; the slices are added afterwards
-        split = tl.program_id(2)
-        k0 = split * K_PER_SPLIT
-        a_ptr += k0.to(tl.int64) * stride_ak
-        b_ptr += k0.to(tl.int64) * stride_bk
-        c_ptr += split.to(tl.int64) * stride_cs
-        K = tl.minimum(K - k0, K_PER_SPLIT)
+    # split-K: program (.., .., s) sums the K range [s*K_PER_SPLIT, (s+1)*K_PER_SPLIT) into its own
+    # fp32 slice of a workspace, added up afterwards. Without split-K, K_PER_SPLIT = K and s = 0.
+    # (k_len is a new name: Triton may have specialised K to the constant 1.)
+    split = tl.program_id(2)
+    k0 = split * K_PER_SPLIT
+    a_ptr += k0.to(tl.int64) * stride_ak
+    b_ptr += k0.to(tl.int64) * stride_bk
+    c_ptr += split.to(tl.int64) * stride_cs
+    k_len = tl.minimum(K - k0, K_PER_SPLIT)
 
     # Row and Col of the lectures' kernel, now vectors of BLOCK_M rows / BLOCK_N columns
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -82,8 +82,8 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     b_tile = b_ptr + ks[:, None] * stride_bk + cols[None, :].to(tl.int64) * stride_bn
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for phase in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - phase * BLOCK_K
+    for phase in range(0, tl.cdiv(k_len, BLOCK_K)):
+        k_left = k_len - phase * BLOCK_K
         # the M test and the N test differ, as the slides stress: rows/k for A, k/cols for B
         a = tl.load(a_tile, mask=(rows[:, None] < M) & (ks[None, :] < k_left), other=0.0)
         b = tl.load(b_tile, mask=(ks[:, None] < k_left) & (cols[None, :] < N), other=0.0)
@@ -191,13 +191,14 @@ def _tuned(kind: str):
 @triton.jit
 def _entry(a_ptr, b_ptr, c_ptr, M, N, K,
            stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
-           stride_cb, stride_cm, stride_cn, alpha, beta, M_CLASS, N_CLASS, K_CLASS,
+           stride_cb, stride_cm, stride_cn, alpha, beta, K_PER_SPLIT, M_CLASS, N_CLASS, K_CLASS,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
            GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
            ALPHA_ONE: tl.constexpr):
     matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_ab, stride_am, stride_ak,
                   stride_bb, stride_bk, stride_bn, stride_cb, stride_cm, stride_cn,
-                  alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PRECISION, HAS_BETA, ALPHA_ONE)
+                  alpha, beta, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, PRECISION, HAS_BETA, ALPHA_ONE,
+                  False, K_PER_SPLIT, 0)
 
 
 TMA_CONFIGS = {
@@ -334,11 +335,13 @@ class TritonLaunch:
         if self.config is not None or emulating():
             cfg = dict(self.config or EMULATION_CONFIG)
             warps, stages = cfg.pop("num_warps", 4), cfg.pop("num_stages", 3)
-            self.compiled = matmul_kernel[grid(cfg)](*args, **cfg, **flags, num_warps=warps, num_stages=stages)
+            self.compiled = matmul_kernel[grid(cfg)](*args, **cfg, **flags, K_PER_SPLIT=K, num_warps=warps,
+                                                     num_stages=stages)
             return
         kind = "16bit" if self.precision == "none" else self.precision
         key = ("blocked", kind, str(a.dtype), str(c.dtype), shape_class(M, N, K), B > 1)
-        self.compiled = _launch_tuned(key, _tuned(kind), matmul_kernel, grid, args, shape_class(M, N, K), flags)
+        self.compiled = _launch_tuned(key, _tuned(kind), matmul_kernel, grid, args, (K, *shape_class(M, N, K)),
+                                      dict(K_PER_SPLIT=K), flags)
 
     def _run_tma(self, a, b, c) -> None:
         _ensure_allocator()
@@ -352,7 +355,7 @@ class TritonLaunch:
         flags = dict(PRECISION=self.precision, B_KMAJOR=kmajor, NUM_SMS=sms)
         key = ("tma", kind, str(a.dtype), str(c.dtype), shape_class(M, N, K), kmajor)
         self.compiled = _launch_tuned(key, _tuned_tma(kind), matmul_tma_persistent_kernel, grid, args,
-                                      shape_class(M, N, K), flags)
+                                      shape_class(M, N, K), {}, flags)
 
     def finish(self) -> None:
         if self.host_out is not None:
@@ -377,16 +380,17 @@ _variant_choice: dict[tuple, str] = {}
 _best: dict[tuple, Any] = {}
 
 
-def _launch_tuned(key, tuner, kernel, grid, args, classes, flags):
-    """Autotune once per key; afterwards launch the plain kernel with the chosen config
-    (skipping the autotuner's per-call Python work)."""
+def _launch_tuned(key, tuner, kernel, grid, args, tuner_args, kernel_kw, flags):
+    """Autotune once per key (the tuner's entry takes ``*args, *tuner_args``); afterwards launch
+    the plain kernel with the chosen config and ``kernel_kw``, skipping the autotuner's per-call
+    Python work."""
     cfg = _best.get(key)
     if cfg is None:
-        compiled = tuner[grid](*args, *classes, **flags)
+        compiled = tuner[grid](*args, *tuner_args, **flags)
         _best[key] = tuner.best_config
         return compiled
     kw = cfg.kwargs
-    return kernel[grid(kw)](*args, **kw, **flags, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return kernel[grid(kw)](*args, **kernel_kw, **kw, **flags, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
 def _choose_variant(launch: "TritonLaunch") -> str:
@@ -398,10 +402,12 @@ def _choose_variant(launch: "TritonLaunch") -> str:
     if key not in _variant_choice:
         cands = launch.candidates()
         times = {}
+        saved = launch.c.clone()   # benchmarking runs in place: with beta != 0 each run would read the last
         for v in cands:
             launch.variant = v
             launch.run()  # autotunes on first use
             times[v] = triton.testing.do_bench(launch.run, warmup=10, rep=50, return_mode="median")
+            launch.c.copy_(saved)
         launch.variant = None
         _variant_choice[key] = min(times, key=times.get)
     return _variant_choice[key]
