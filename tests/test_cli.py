@@ -46,3 +46,15 @@ def test_kernels_lists_the_registry():
     assert p.returncode == 0
     for name in ("naive", "tiled", "cublas"):
         assert name in p.stdout
+
+
+@pytest.mark.skipif(GPU, reason="the emulated bench; the GPU bench is run by scripts/device_check.sh")
+def test_bench_in_emulation_writes_table_csv_json_png(tmp_path):
+    p = tiledmm("bench", "--kernel", "triton", "--kernel", "tiled", "-p", "fp32", "-p", "bf16", "--out", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    kernels = {(r["kernel"], r["precision"]) for r in doc["rows"]}
+    assert kernels == {("triton", "fp32"), ("triton", "bf16"), ("tiled", "fp32")}  # SIMT: fp32 only, 2-D only
+    assert all(r["ok"] for r in doc["rows"])
+    assert (tmp_path / "bench.csv").read_text().startswith("suite,shape,precision,kernel")
+    assert (tmp_path / "bench.png").stat().st_size > 10000
