@@ -132,7 +132,8 @@ def test_gpu_threads_outside_P_store_nothing_for_real():
 
 
 LADDER = [("naive-uncoalesced", 4), ("coarsen", 64), ("regtile2d", 64), ("regtile2d", 128),
-          ("conflict-free", 64), ("conflict-free", 128), ("double-buffer", 64), ("double-buffer", 128), ("flat-shared", 64), ("flat-shared", 128)]
+          ("conflict-free", 64), ("conflict-free", 128), ("double-buffer", 64), ("double-buffer", 128), ("flat-shared", 64), ("flat-shared", 128),
+          ("warp-tile", 128)]
 
 
 @pytest.mark.parametrize("kernel,tile", LADDER)

@@ -26,7 +26,7 @@ def bytes_per_flop(kernel: str, tile: int | None = None, itemsize: int = 4) -> f
 def block_tile(kernel: str, tile: int | None) -> tuple[int, int]:
     if kernel == "coarsen":
         return 64, 64
-    if kernel in ("regtile2d", "conflict-free", "double-buffer", "flat-shared"):
+    if kernel in ("regtile2d", "conflict-free", "double-buffer", "flat-shared", "warp-tile"):
         return tile or 128, tile or 128
     if kernel in ("triton", "cublas"):
         return tile or 128, tile or 128

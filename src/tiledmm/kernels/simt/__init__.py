@@ -8,6 +8,8 @@ syncthreads), one file a rung, numbered in the order of the argument:
 5. k05_conflict_free  conflict-free shared layout, int32 indices, interior fast path
 6. k06_double_buffer  two shared buffers, next tiles prefetched during compute
 7. k07_flat_shared    1-D shared tiles at compile-time strides (less address arithmetic)
+8. k08_warp_tile      warp tiling: contiguous 4 x 4 sub-tiles per lane (vector shared loads possible)
 """
 from . import (  # noqa: F401
-    k01_naive, k02_tiled, k03_coarsen, k04_regtile2d, k05_conflict_free, k06_double_buffer, k07_flat_shared)
+    k01_naive, k02_tiled, k03_coarsen, k04_regtile2d, k05_conflict_free, k06_double_buffer, k07_flat_shared,
+    k08_warp_tile)
