@@ -318,11 +318,11 @@ def burst(burst_bytes: int = typer.Option(512, "--burst", help="DRAM burst size,
     _print_kv(f"burst model — reads {' + '.join(f'A[{e}]' for e in index)}", r.as_dict())
 
 
-def _ensure_emulation(argv_tail: list) -> bool:
+def _ensure_emulation(argv_tail: list) -> None:
     """Traces need the CUDA simulator: on a GPU process, re-run this command in emulation."""
     from . import _backend
     if _backend.emulating():
-        return False
+        return
     import subprocess
     env = dict(os.environ, TILEDMM_EMULATE="1", TILEDMM_QUIET="1")
     raise typer.Exit(subprocess.call([sys.executable, "-m", "tiledmm.cli", *argv_tail], env=env))
@@ -411,8 +411,7 @@ def claims(markdown: Optional[str] = typer.Option(None, help="write the table as
     """Every quantitative claim in the lectures, recomputed by tiledmm (traces need emulation)."""
     from . import _backend
     from .analysis.claims import markdown as md, table
-    if not _backend.emulating():
-        _ensure_emulation(sys.argv[1:])
+    _ensure_emulation(sys.argv[1:])
     rows = table(_backend.emulating())
     if markdown:
         open(markdown, "w").write(md(rows))

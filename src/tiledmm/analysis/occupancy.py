@@ -14,7 +14,7 @@ from .device import DeviceProfile
 
 
 def _shared_unit(cc) -> int:
-    return 512 if cc[0] < 2 else (128 if cc[0] >= 7 else 128)
+    return 512 if cc[0] < 2 else 128
 
 
 def _reserved(cc) -> int:
@@ -94,8 +94,7 @@ def numba_resources(kernel: str, tile: int, dtype: str = "float32", shape=(256, 
     if spec.family != "simt" or emulating():
         return {}
     from ..kernels.simt import _launch
-    make = {s: m for s, m in _launch.MAKERS.items()}[kernel]
-    k = make(tile, dtype)
+    k = _launch.MAKERS[kernel](tile, dtype)
     cuda = numba_cuda()
     J, K, L = shape
     a = cuda.device_array((J, K), dtype)

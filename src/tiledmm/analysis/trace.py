@@ -147,7 +147,6 @@ class Trace:
         """Warp-level requests: (block, warp, array, op, k) -> list of byte addresses."""
         seq = Counter()
         groups = defaultdict(list)
-        threads_x = self.block[0] * (self.block[1] if len(self.block) > 1 else 1)
         for e in self.events:
             if e.space != space:
                 continue
@@ -155,7 +154,6 @@ class Trace:
             k = seq[key_t]
             seq[key_t] += 1
             groups[(e.block, e.tid // 32, e.array, e.op, k)].append(e.addr)
-        del threads_x
         return groups
 
     def coalescing(self) -> dict:
