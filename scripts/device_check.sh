@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Everything tiledmm checks and times on a GPU, in one call of the device tool.
-#   scripts/device_check.sh [smoke|ladder|bench|profile|all] [more modes...]
+#   scripts/device_check.sh [smoke|ladder|sweep|bench|profile|all] [more modes...]
 # Logs and result files go to $OUT (or ./out); the short tables are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +33,12 @@ if [[ $what == *" ladder "* || $what == *" all "* ]]; then
   python3 scripts/ladder_report.py 2>&1 | tee "$OUT/ladder_resources.txt"
   stamp "bench ladder (SIMT rungs vs cuBLAS, fp32)"
   python3 -m tiledmm.cli bench --suite ladder -p fp32 --repeats 10 --out "$OUT/ladder" 2>&1 | tee "$OUT/bench_ladder.txt" | tail -45
+fi
+if [[ $what == *" sweep "* || $what == *" all "* ]]; then
+  stamp "SIMT rungs 8-10 and every rung-10 shape vs cuBLAS"
+  python3 scripts/simt_sweep.py 4096x4096x4096 2048x2048x2048 1024x1024x1024 4097x4093x4095 2>&1 | tee "$OUT/simt_sweep.txt" | tail -60
+  stamp "ncu: shared wavefronts, FMA pipe, stalls (rungs 8-10, 2048^3)"
+  OUT=$OUT bash scripts/ncu_simt.sh 2048 2>&1 | tee "$OUT/ncu_simt.txt" | tail -8
 fi
 if [[ $what == *" bench "* || $what == *" all "* ]]; then
   stamp "bench square + irregular"

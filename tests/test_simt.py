@@ -8,7 +8,8 @@ import pytest
 import tiledmm
 from tiledmm import _backend
 from tiledmm.harness import check_and_time
-from tiledmm.kernels.simt import k02_tiled
+from tiledmm.kernels.simt import k02_tiled, k10_autotune
+from tiledmm.kernels.simt.k09_unsigned import Shape
 from tiledmm.kernels.simt._launch import lecture_config
 
 from .conftest import randn
@@ -133,7 +134,7 @@ def test_gpu_threads_outside_P_store_nothing_for_real():
 
 LADDER = [("naive-uncoalesced", 4), ("coarsen", 64), ("regtile2d", 64), ("regtile2d", 128),
           ("conflict-free", 64), ("conflict-free", 128), ("double-buffer", 64), ("double-buffer", 128), ("flat-shared", 64), ("flat-shared", 128),
-          ("warp-tile", 128)]
+          ("warp-tile", 128), ("unsigned", 64), ("unsigned", 128), ("autotuned", None)]
 
 
 @pytest.mark.parametrize("kernel,tile", LADDER)
@@ -154,3 +155,74 @@ def test_ladder_float64(kernel):
 @pytest.mark.parametrize("shape", [(1000, 777, 1234), (2048, 2048, 2048), (129, 4097, 65)])
 def test_gpu_ladder(kernel, tile, shape):
     check(kernel, shape, tile)
+
+
+# rung 10: every candidate shape, forced (emulation and the GPU otherwise run only one / the tuned one)
+CANDIDATES = [(d, sh.name) for d, shapes in k10_autotune.CANDIDATES.items() for sh in shapes]
+
+
+@pytest.mark.parametrize("dtype,config", CANDIDATES)
+def test_autotune_candidates(dtype, config):
+    r = check_and_time("autotuned", (70, 45, 65), dtype, options={"config": config}, time_it=False)
+    assert r.ok, f"{config} {dtype}: rel err {r.rel_err:.2e}"
+
+
+@pytest.mark.parametrize("shape,config", [((128, 40, 128), "128x128x32-w32x64-t8x8"),
+                                          ((64, 72, 64), "64x64x32-w32x32-t8x4")])
+def test_autotune_interior_blocks(shape, config, monkeypatch):
+    """Blocks wholly inside P take the loads without bounds tests, but a last phase that runs
+    past K (40 = 32 + 8, 72 = 2 * 32 + 8) still needs the zero-fill."""
+    monkeypatch.setenv("TILEDMM_EMULATION_LIMIT", str(10 ** 6))
+    r = check_and_time("autotuned", shape, "float32", options={"config": config}, time_it=False)
+    assert r.ok, f"{config} {shape}: rel err {r.rel_err:.2e}"
+
+
+def test_unsigned_float64():
+    r = check("unsigned", (33, 20, 17), 64, dtype="float64")
+    assert r.rel_err < 1e-14
+
+
+@pytest.mark.parametrize("config,why", [("128x128", "not like"), ("128x128x8-w32x32-t8x8", "inconsistent"),
+                                        ("128x128x6-w32x64-t8x8", "multiple of 4"),
+                                        ("128x128x8-w64x64-t8x8", "inconsistent")])
+def test_autotune_bad_config(config, why):
+    a = np.ones((8, 8), np.float32)
+    with pytest.raises(tiledmm.TiledmmError, match=why):
+        tiledmm.matmul(a, a, kernel="autotuned", config=config)
+
+
+def test_tile_shape_names_round_trip():
+    for shapes in k10_autotune.CANDIDATES.values():
+        for sh in shapes:
+            assert Shape.parse(sh.name) == sh
+            LR, LC = sh.lanes
+            assert LR * LC == 32 and sh.threads <= 1024
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,config", CANDIDATES)
+def test_gpu_autotune_candidates(dtype, config):
+    for shape in [(1000, 777, 1234), (129, 4097, 65)]:
+        r = check_and_time("autotuned", shape, dtype, options={"config": config}, time_it=False)
+        assert r.ok, f"{config} {dtype} {shape}: rel err {r.rel_err:.2e}"
+
+
+@pytest.mark.gpu
+def test_gpu_autotune_picks_the_fastest_it_timed():
+    k10_autotune.CHOSEN.clear()
+    check("autotuned", (1536, 1024, 2048), None)
+    (key, (best, times)), = k10_autotune.CHOSEN.items()
+    assert key == ("float32", (10, 11, 10))
+    assert set(times) == {sh.name for sh in k10_autotune.CANDIDATES["float32"]}
+    assert times[best.name] == min(times.values())
+
+
+@pytest.mark.gpu
+def test_gpu_unsigned_indices_give_wide_shared_loads():
+    """The claim of rung 9, read from the compiled code: signed indices (rung 8) give scalar
+    LDS only; uint64 indices give LDS.128 and fewer registers."""
+    from tiledmm.analysis.occupancy import numba_resources
+    signed, unsigned = numba_resources("warp-tile", 128), numba_resources("unsigned", 128)
+    assert "LDS.128" not in signed["sass"] and signed["sass"].get("LDS", 0) > 0
+    assert unsigned["sass"].get("LDS.128", 0) > 0 and "LDS" not in unsigned["sass"]
+    assert unsigned["regs_per_thread"] < signed["regs_per_thread"]

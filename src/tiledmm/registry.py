@@ -6,6 +6,7 @@ look kernels up here, so a new rung of the ladder plugs in without touching them
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -79,4 +80,10 @@ def all_specs() -> list[KernelSpec]:
     return [get(n) for n in names()]
 
 
-__all__ = ["KernelSpec", "Operand", "Prepared", "register", "get", "names", "all_specs"]
+def shape_class(m: int, n: int, k: int) -> tuple[int, int, int]:
+    """The autotuners' key: log2 buckets of M, N, K, so that a new shape in a known class
+    reuses the tuned choice instead of tuning again."""
+    return tuple(int(math.log2(max(x, 1))) for x in (m, n, k))
+
+
+__all__ = ["KernelSpec", "Operand", "Prepared", "register", "get", "names", "all_specs", "shape_class"]

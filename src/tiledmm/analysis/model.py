@@ -30,6 +30,11 @@ def block_tile(kernel: str, tile: int | None) -> tuple[int, int]:
         return tile or 128, tile or 128
     if kernel in ("triton", "cublas"):
         return tile or 128, tile or 128
+    if kernel in ("unsigned", "autotuned"):     # rungs 9-10: the block of the shape they run / analyse
+        from ..kernels.simt.k09_unsigned import PRESETS
+        from ..kernels.simt.k10_autotune import ANALYSED
+        sh = PRESETS[tile or 128] if kernel == "unsigned" else ANALYSED
+        return sh.BM, sh.BN
     raise ValueError(f"no traffic model for kernel {kernel!r}")
 
 

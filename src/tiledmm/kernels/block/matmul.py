@@ -18,13 +18,12 @@ GEMM form: C = alpha * A @ B + beta * C, any strides, optional batch dimension.
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from ..._backend import emulating, mode, torch_device
-from ...registry import KernelSpec, register
+from ...registry import KernelSpec, register, shape_class
 
 mode()  # decide GPU or emulation (TRITON_INTERPRET) before triton is imported
 import triton  # noqa: E402  (after _backend: it sets TRITON_INTERPRET in emulation)
@@ -170,10 +169,6 @@ CONFIGS_IEEE = [  # tl.dot needs BLOCK_K >= 16
 SPLITK_CONFIG_16BIT = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}
 SPLITK_CONFIG_32BIT = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8}
 EMULATION_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 4}
-
-
-def shape_class(m: int, n: int, k: int) -> tuple[int, int, int]:
-    return tuple(int(math.log2(max(x, 1))) for x in (m, n, k))
 
 
 _tuners: dict[str, Any] = {}

@@ -69,15 +69,17 @@ CONFIGS: dict[str, Callable] = {}   # kernel name -> launch configuration
 
 
 def register_simt(name: str, summary: str, make: Callable, *, order: int,
-                  config: Callable = lecture_config, tiles=LECTURE_TILES, default_tile: int = 16,
-                  dtypes=SIMT_DTYPES) -> KernelSpec:
+                  config: Callable = lecture_config, tiles=LECTURE_TILES, default_tile: int | None = 16,
+                  dtypes=SIMT_DTYPES, prepare: Callable | None = None, options=()) -> KernelSpec:
+    """``make``/``config`` serve the analysis tools (and the launch, unless ``prepare`` is
+    given: a kernel that picks its own code per call, like rung 10's autotuner)."""
     cached = lru_cache(maxsize=None)(make)
     MAKERS[name], CONFIGS[name] = cached, config
 
-    def prepare(a, b, out, tile, opts):
+    def prepare_default(a, b, out, tile, opts):
         return prepare_launch(cached, config, a, b, out, tile)
 
     return register(KernelSpec(
-        name=name, family="simt", summary=summary, dtypes=tuple(dtypes), prepare=prepare,
+        name=name, family="simt", summary=summary, dtypes=tuple(dtypes), prepare=prepare or prepare_default,
         tiles=tuple(tiles), default_tile=default_tile, emulation_limit=SIMT_EMULATION_LIMIT,
-        order=order))
+        order=order, options=tuple(options)))
