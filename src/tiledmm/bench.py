@@ -130,16 +130,18 @@ def plot(rows: list[dict], path: Path, device: str, peaks: dict | None) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     precs = list(dict.fromkeys(r["precision"] for r in rows))
-    fig, axes = plt.subplots(len(precs), 1, figsize=(11, 3.6 * len(precs)), squeeze=False)
+    fig, axes = plt.subplots(len(precs), 1, figsize=(12, 4.2 * len(precs)), squeeze=False)
     for ax, p in zip(axes[:, 0], precs):
         sub = [r for r in rows if r["precision"] == p]
         shapes = list(dict.fromkeys(r["shape"] for r in sub))
-        for k in dict.fromkeys(r["kernel"] for r in sub):
+        colours = plt.get_cmap("tab20").colors      # 20 colours and 5 markers: no two kernels look alike
+        for i, k in enumerate(dict.fromkeys(r["kernel"] for r in sub)):
             pts = [(shapes.index(r["shape"]), r["tflops"]) for r in sub if r["kernel"] == k and r["tflops"]]
             if pts:
                 xs, ys = zip(*pts)
-                ax.plot(xs, ys, marker="o", lw=2.5 if k == "cublas" else 1.5,
-                        ls="--" if k == "cublas" else "-", label=k)
+                cub = k == "cublas"
+                ax.plot(xs, ys, marker="o" if cub else "osD^v"[i % 5], lw=2.5 if cub else 1.5,
+                        ls="--" if cub else "-", color="black" if cub else colours[i % 20], label=k)
         if peaks and peaks.get(p):
             ax.axhline(peaks[p], color="gray", ls=":", label=f"peak {peaks[p]:.0f}")
         ax.set_xticks(range(len(shapes)))
@@ -147,7 +149,7 @@ def plot(rows: list[dict], path: Path, device: str, peaks: dict | None) -> Path:
         ax.set_ylabel("TFLOP/s")
         ax.set_yscale("log")
         ax.set_title(f"{p} — {device}")
-        ax.legend(fontsize=8, ncol=4)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

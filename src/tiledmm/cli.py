@@ -330,19 +330,25 @@ def _ensure_emulation(argv_tail: list) -> None:
 
 @command()
 def trace(kernel: str = typer.Option("tiled", "--kernel", "-k"), shape: str = typer.Option("3x3x3", "--shape", "-s"),
-          tile: int = typer.Option(2, "--tile", "-t"), phases: bool = typer.Option(True, help="print per block/phase"),
+          tile: Optional[int] = typer.Option(None, "--tile", "-t", help="TILE_WIDTH (default: the slides' 2 "
+                                                                          "where the kernel takes it, else its own)"),
+          phases: bool = typer.Option(True, help="print per block/phase"),
           as_json: bool = typer.Option(False, "--json")):
     """Record every memory access of a SIMT kernel (in the simulator) and report reuse,
     coalescing, bank conflicts, and per block and phase what was loaded, zero-filled and stored."""
     _ensure_emulation(sys.argv[1:])
+    from . import registry
     from .analysis.trace import trace as run_trace
+    spec = registry.get(kernel)
+    if tile is None and spec.tiles:
+        tile = 2 if 2 in spec.tiles else spec.default_tile
     tr = run_trace(kernel, parse_shape(shape)[-3:], tile)
     summ = tr.summary()
     if as_json:
         summ["phases"] = tr.phases()
         print(json.dumps(summ, indent=1, default=str))
         return
-    _print_kv(f"trace — {kernel} TILE {tile} {shape}: grid {tr.grid}, block {tr.block}, "
+    _print_kv(f"trace — {kernel}{f' TILE {tile}' if tile else ''} {shape}: grid {tr.grid}, block {tr.block}, "
               f"{'correct' if tr.result_ok else 'WRONG'}", summ["counts"])
     t = Table(title="reuse: global loads per element")
     for col in ("array", "loads", "unique", "per element", "min", "max"):

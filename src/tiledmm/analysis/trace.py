@@ -83,12 +83,14 @@ class RecArray:
 def _instrumented(rec: Recorder):
     """Count barriers per thread; record every shared array the kernel allocates."""
     import sys
+    import threading
     import traceback
 
     from numba.cuda.simulator import kernel as simkernel
     from numba.cuda.simulator import kernelapi
     orig_sync = simkernel.BlockThread.syncthreads
     orig_shared = kernelapi.FakeCUDAShared.array
+    lock = threading.Lock()
 
     def syncthreads(self):
         orig_sync(self)
@@ -101,11 +103,12 @@ def _instrumented(rec: Recorder):
             dtype = numpy_support.as_dtype(dtype)
         frame = traceback.extract_stack(sys._getframe())[-2]
         key = (frame.filename, frame.lineno)
-        res = self._allocations.get(key)
-        if res is None:
-            name = (frame.line or "shared").split("=")[0].strip()
-            res = RecArray(np.zeros(shape, dtype), name, "shared", rec)
-            self._allocations[key] = res
+        with lock:   # the block's threads race here: all must get the one array of this line
+            res = self._allocations.get(key)
+            if res is None:
+                name = (frame.line or "shared").split("=")[0].strip()
+                res = RecArray(np.zeros(shape, dtype), name, "shared", rec)
+                self._allocations[key] = res
         return res
 
     simkernel.BlockThread.syncthreads = syncthreads

@@ -82,6 +82,25 @@ def loaders(BM: int, BN: int, BK: int, NT: int, dtype: str, a_transposed: bool, 
 
 
 @lru_cache(maxsize=None)
+def phase_loader(BM: int, BN: int, BK: int, NT: int, dtype: str, a_transposed: bool, unsigned: bool = False):
+    """load_phase: one phase's tiles of M and N, without bounds tests when the block lies inside
+    P and the phase inside K (``interior`` and k0 + BK <= K), else with the lectures' zero-fill."""
+    load_a, load_a_fast, load_b, load_b_fast = loaders(BM, BN, BK, NT, dtype, a_transposed, unsigned)
+    BKi = index_type(unsigned)(BK)
+
+    @cuda.jit(device=True)
+    def load_phase(M, N, As, Bs, row0, k0, col0, tid, interior, K):
+        if interior and k0 + BKi <= K:
+            load_a_fast(M, As, row0, k0, tid)
+            load_b_fast(N, Bs, k0, col0, tid)
+        else:
+            load_a(M, As, row0, k0, tid)
+            load_b(N, Bs, k0, col0, tid)
+
+    return load_phase
+
+
+@lru_cache(maxsize=None)
 def store(TM: int, TN: int, stride_m: int, stride_n: int, vec: int = 1, unsigned: bool = False):
     """Write a thread's TM x TN accumulators: element (i, j) goes to
     P[rbase + off(i, stride_m), cbase + off(j, stride_n)] with off(i, s) = (i // vec) * s + i % vec:

@@ -17,7 +17,7 @@ from numba import int32
 
 from ..._backend import numba_cuda
 from ._launch import numba_type, register_simt
-from ._tiles import loaders, store
+from ._tiles import phase_loader, store
 from .k04_regtile2d import BK, NT, config, shape
 
 cuda = numba_cuda()
@@ -29,7 +29,7 @@ def make(tile: int, dtype: str):
     BM, BN, TM, TN = shape(tile)
     TR, TC = BM // TM, BN // TN          # 16 x 16 threads
     NACC, AS_SHAPE = TM * TN, (BK, BM + PAD)   # numba needs literal sizes: compute them here
-    load_a, load_a_fast, load_b, load_b_fast = loaders(BM, BN, BK, NT, dtype, True)
+    load_phase = phase_loader(BM, BN, BK, NT, dtype, True)
     store_c = store(TM, TN, TR, TC)
 
     @cuda.jit
@@ -51,12 +51,7 @@ def make(tile: int, dtype: str):
         for i in range(NACC):
             acc[i] = 0
         for k0 in range(int32(0), K, BK):
-            if interior and k0 + BK <= K:
-                load_a_fast(M, As, row0, k0, tid)
-                load_b_fast(N, Bs, k0, col0, tid)
-            else:
-                load_a(M, As, row0, k0, tid)
-                load_b(N, Bs, k0, col0, tid)
+            load_phase(M, N, As, Bs, row0, k0, col0, tid, interior, K)
             cuda.syncthreads()
             for kk in range(BK):
                 for i in range(TM):

@@ -18,7 +18,7 @@ from numba import int32
 
 from ..._backend import numba_cuda
 from ._launch import numba_type, register_simt
-from ._tiles import block_config, loaders
+from ._tiles import block_config, phase_loader
 from .k05_conflict_free import PAD
 
 cuda = numba_cuda()
@@ -33,7 +33,7 @@ V = 4                         # a sub-tile is 4 x 4
 
 def make(tile: int, dtype: str):
     acc_t = numba_type(dtype)
-    load_a, load_a_fast, load_b, load_b_fast = loaders(BM, BN, BK, NT, dtype, True)
+    load_phase = phase_loader(BM, BN, BK, NT, dtype, True)
     AS_SHAPE, NACC, NM, NN = (BK, BM + PAD), SM * V * SN * V, SM * V, SN * V
     SUB_R, SUB_C = LR * V, LC * V          # 16 rows, 32 columns between a lane's sub-tiles
 
@@ -58,12 +58,7 @@ def make(tile: int, dtype: str):
         for i in range(NACC):
             acc[i] = 0
         for k0 in range(int32(0), K, BK):
-            if interior and k0 + BK <= K:
-                load_a_fast(M, As, row0, k0, tid)
-                load_b_fast(N, Bs, k0, col0, tid)
-            else:
-                load_a(M, As, row0, k0, tid)
-                load_b(N, Bs, k0, col0, tid)
+            load_phase(M, N, As, Bs, row0, k0, col0, tid, interior, K)
             cuda.syncthreads()
             for kk in range(BK):
                 for s in range(SM):

@@ -27,7 +27,7 @@ from numba import uint64
 
 from ..._backend import emulating, numba_cuda
 from ._launch import numba_type, register_simt
-from ._tiles import index_type, loaders, store
+from ._tiles import index_type, phase_loader, store
 from .k05_conflict_free import PAD
 
 cuda = numba_cuda()
@@ -96,7 +96,7 @@ def make_shape(sh: Shape, dtype: str, unroll: int = 1, cap: bool = False):
     acc_t = numba_type(dtype)
     LR, LC = sh.lanes
     NT = sh.threads
-    load_a, load_a_fast, load_b, load_b_fast = loaders(sh.BM, sh.BN, sh.BK, NT, dtype, True, True)
+    load_phase = phase_loader(sh.BM, sh.BN, sh.BK, NT, dtype, True, True)
     store_c = store(sh.TM, sh.TN, LR * V, LC * V, V, True)
     AS_SHAPE, BS_SHAPE, NACC, TM, TN = (sh.BK, sh.BM + PAD), (sh.BK, sh.BN), sh.TM * sh.TN, sh.TM, sh.TN
     BM, BN, BK, WM, WN, WC = U(sh.BM), U(sh.BN), U(sh.BK), U(sh.WM), U(sh.WN), U(sh.BN // sh.WN)
@@ -136,12 +136,7 @@ def make_shape(sh: Shape, dtype: str, unroll: int = 1, cap: bool = False):
         for i in range(NACC):
             acc[i] = 0
         for k0 in range(U(0), K, BK):
-            if interior and k0 + BK <= K:
-                load_a_fast(M, As, row0, k0, tid)
-                load_b_fast(N, Bs, k0, col0, tid)
-            else:
-                load_a(M, As, row0, k0, tid)
-                load_b(N, Bs, k0, col0, tid)
+            load_phase(M, N, As, Bs, row0, k0, col0, tid, interior, K)
             cuda.syncthreads()
             for kk in range(U(0), BK, UNROLL):
                 step(As, Bs, kk, r0, c0, acc, regM, regN)
