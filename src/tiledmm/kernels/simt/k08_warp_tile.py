@@ -18,7 +18,7 @@ from numba import int32
 
 from ..._backend import numba_cuda
 from ._launch import numba_type, register_simt
-from ._tiles import block_config, phase_loader
+from ._tiles import block_config, phase_loader, store
 from .k05_conflict_free import PAD
 
 cuda = numba_cuda()
@@ -36,6 +36,7 @@ def make(tile: int, dtype: str):
     load_phase = phase_loader(BM, BN, BK, NT, dtype, True)
     AS_SHAPE, NACC, NM, NN = (BK, BM + PAD), SM * V * SN * V, SM * V, SN * V
     SUB_R, SUB_C = LR * V, LC * V          # 16 rows, 32 columns between a lane's sub-tiles
+    store_c = store(NM, NN, SUB_R, SUB_C, V)   # 4-word runs, SUB_R rows / SUB_C columns apart
 
     @cuda.jit
     def warp_tile(M, N, P):
@@ -71,13 +72,7 @@ def make(tile: int, dtype: str):
                     for j in range(NN):
                         acc[i * NN + j] += regM[i] * regN[j]
             cuda.syncthreads()
-        for i in range(NM):
-            r = row0 + r0 + (i // V) * SUB_R + i % V
-            if r < J:
-                for j in range(NN):
-                    c = col0 + c0 + (j // V) * SUB_C + j % V
-                    if c < L:
-                        P[r, c] = acc[i * NN + j]
+        store_c(P, acc, row0 + r0, col0 + c0)
 
     return warp_tile
 

@@ -98,5 +98,5 @@ def prepare(a, b, out, tile, opts):
 SPEC = register_simt("autotuned", "rung 10: rung 9 unrolled by 4 and capped at 128 registers; block/warp/lane "
                      "tiles chosen by timing per dtype and shape class",
                      lambda tile, dtype: make_tuned(ANALYSED, dtype), order=100,
-                     config=lambda tile, J, K, L: shape_config(ANALYSED)(tile, J, K, L),
+                     config=shape_config(ANALYSED),
                      tiles=(), default_tile=None, prepare=prepare, options=("config",))
