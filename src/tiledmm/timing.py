@@ -1,0 +1,103 @@
+"""The one timing method every number in tiledmm comes from.
+
+Autotuners (Triton configs, variant choice, the SIMT rung-10 shapes), the harness,
+the benchmark and the scripts behind docs/performance.md all call ``time_calls``:
+
+* warm up (compilation, module load and clock ramp-up stay out of the numbers);
+* one pair of CUDA events around a *batch* of many queued calls -- so the host's
+  launch cost overlaps the GPU work as it does in a user's program, and a single
+  launch's event jitter does not dominate a short kernel;
+* the calls rotate through several input sets (the caller passes one callable per
+  set), so a small problem is not timed from a warm L2;
+* the median over several batches.
+
+Nothing here imports the checking harness: kernels and tuners may use it freely.
+In emulation (no GPU) the host clock stands in; such times say nothing about a GPU.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Callable, Sequence
+
+from . import _backend
+
+Call = Callable[[], object]
+
+
+def _cuda_timer():
+    import torch
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def time_calls(calls: Sequence[Call] | Call, *, batches: int = 5, per_batch: int | None = None,
+               warmup: int = 2, batch_ms: float = 10.0, max_per_batch: int = 1000) -> float:
+    """Median milliseconds per call.
+
+    calls: one callable per input set (or a single callable); each enqueues one run.
+    per_batch: calls between the two events; default: enough for about ``batch_ms``
+        of GPU time (at least 3, at most ``max_per_batch``), from a first timed batch.
+    """
+    calls = [calls] if callable(calls) else list(calls)
+    if not calls:
+        raise ValueError("time_calls needs at least one callable")
+    if _backend.emulating():
+        return _host_time(calls, max(batches, 1))
+    import torch
+    for i in range(max(warmup, 1)):
+        calls[i % len(calls)]()
+    torch.cuda.synchronize()
+    if per_batch is None:
+        est = _batch(calls, 3, 0) / 3
+        per_batch = int(min(max_per_batch, max(3, math.ceil(batch_ms / max(est, 1e-4)))))
+    times = [_batch(calls, per_batch, b * per_batch) / per_batch for b in range(max(batches, 1))]
+    return statistics.median(times)
+
+
+def _batch(calls: list, n: int, offset: int) -> float:
+    import torch
+    start, end = _cuda_timer()
+    start.record()
+    for i in range(n):
+        calls[(offset + i) % len(calls)]()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def _host_time(calls: list, repeats: int) -> float:
+    times = []
+    for i in range(repeats):
+        t0 = time.perf_counter()
+        calls[i % len(calls)]()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def wall_us_per_call(call: Call, *, n: int = 200, warmup: int = 20, repeats: int = 5) -> float:
+    """Host wall time per call of ``call`` queued ``n`` times (synchronised at the end):
+    the per-call cost a user sees when the GPU work is shorter than the launch path.
+    Median of ``repeats``, in microseconds."""
+    sync = _sync()
+    for _ in range(warmup):
+        call()
+    sync()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            call()
+        sync()
+        out.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(out)
+
+
+def _sync() -> Callable[[], None]:
+    if _backend.emulating():
+        return lambda: None
+    import torch
+    return torch.cuda.synchronize
+
+
+__all__ = ["time_calls", "wall_us_per_call"]
