@@ -115,14 +115,19 @@ def test_inner_dimensions_mismatch():
     _err(r"inner dimensions differ: a is 3x4, b is 5x2", np.ones((3, 4), np.float32), np.ones((5, 2), np.float32))
 
 
-@pytest.mark.parametrize("shape_a,shape_b", [((3,), (3, 2)), ((2, 3, 4, 5), (5, 2)), ((), (1, 1))])
-def test_rank_not_2(shape_a, shape_b):
-    _err(r"needs 2-D matrices.*a: numpy", np.ones(shape_a, np.float32), np.ones(shape_b, np.float32),
+@pytest.mark.parametrize("shape_a,shape_b", [((), (1, 1)), ((2, 2), ())])
+def test_scalars_are_refused(shape_a, shape_b):
+    _err(r"at least one dimension.*a: numpy", np.ones(shape_a, np.float32), np.ones(shape_b, np.float32),
          kernel="tiled")
 
 
-def test_batched_input_to_2d_kernel():
-    _err(r"'tiled' needs 2-D", np.ones((2, 3, 4), np.float32), np.ones((2, 4, 5), np.float32), kernel="tiled")
+@pytest.mark.parametrize("shape_a,shape_b", [((2, 3, 4), (5, 4, 2)), ((3, 1, 2, 4), (2, 4, 4, 1))])
+def test_batch_dimensions_that_do_not_broadcast(shape_a, shape_b):
+    _err(r"batch dimensions do not broadcast", np.ones(shape_a, np.float32), np.ones(shape_b, np.float32))
+
+
+def test_vector_inner_dimension_mismatch():
+    _err(r"inner dimensions differ: a is 3, b is 4x2", np.ones(3, np.float32), np.ones((4, 2), np.float32))
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.complex64, np.bool_])
@@ -142,7 +147,8 @@ def test_mixed_dtypes():
 
 def test_different_devices():
     cuda = _backend.numba_cuda()
-    _err(r"different devices", np.ones((2, 3), np.float32), cuda.to_device(np.ones((3, 2), np.float32)),
+    _err(r"different array kinds.*b: numba 3x2 float32 on cuda:0", np.ones((2, 3), np.float32),
+         cuda.to_device(np.ones((3, 2), np.float32)),
          kernel="tiled")
 
 
@@ -165,13 +171,32 @@ def test_unknown_tile():
 
 
 def test_unknown_option():
-    _err(r"takes no option\(s\) \['alpha'\]", np.ones((2, 2)), np.ones((2, 2)), kernel="tiled", alpha=2.0)
+    _err(r"takes no option\(s\) \['variant'\]", np.ones((2, 2)), np.ones((2, 2)), kernel="tiled", variant="tma")
+    _err(r"takes no option\(s\) \['precision'\]", np.ones((2, 2)), np.ones((2, 2)), kernel="tiled",
+         precision="tf32")
+
+
+@pytest.mark.parametrize("alpha", [1j, True, "2", None])
+def test_alpha_beta_must_be_real(alpha):
+    _err(r"alpha must be a real number", np.ones((2, 2)), np.ones((2, 2)), alpha=alpha)
+    _err(r"beta must be a real number", np.ones((2, 2)), np.ones((2, 2)), out=np.ones((2, 2)), beta=alpha)
+
+
+def test_beta_without_out():
+    _err(r"beta=0.5 adds beta \* out to the product, so it needs out=", np.ones((2, 3)), np.ones((3, 4)), beta=0.5)
+
+
+def test_out_with_overlapping_elements():
+    t = torch.zeros(1, 4).expand(2, 4)
+    _err(r"out has overlapping elements", torch.ones(2, 3), torch.ones(3, 4), out=t)
 
 
 def test_wrong_out():
     a, b = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
-    _err(r"out must be a numpy 2x4 float32 array on cpu; got out: numpy 4x2", a, b, out=np.empty((4, 2), np.float32))
-    _err(r"got out: numpy 2x4 float64", a, b, out=np.empty((2, 4), np.float64))
+    _err(r"out must be a numpy 2x4 array on cpu \(dtype float32.*got out: numpy 4x2", a, b,
+         out=np.empty((4, 2), np.float32))
+    _err(r"got out: numpy 2x4 int32", a, b, out=np.empty((2, 4), np.int32))
+    _err(r"got out: torch 2x4 float32", a, b, out=torch.empty(2, 4))
 
 
 @pytest.mark.skipif(GPU, reason="the limit applies in emulation only")

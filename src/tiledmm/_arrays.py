@@ -1,12 +1,15 @@
 """Accepting the array kinds users hold, and giving back the kind they gave.
 
-Kinds: numpy arrays, torch tensors (CPU or CUDA), CuPy arrays and numba device
-arrays. Device arrays are used in place through ``__cuda_array_interface__``
-(no copy); host arrays are copied to the device once per call.
+Kinds: numpy arrays, torch tensors (CPU or CUDA), CuPy arrays, numba device arrays
+and any object with ``__cuda_array_interface__``. Internally every operand is a torch
+tensor: device arrays are viewed in place (no copy, strides kept), host arrays through
+``torch.from_numpy``. Layouts torch cannot view -- negative strides, byte strides that
+are not whole elements -- are first copied to a contiguous array by the array's own
+library, so they give the right answer instead of an error or a crash.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
 from typing import Any
 
 import numpy as np
@@ -17,11 +20,6 @@ SUPPORTED_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
 class TiledmmError(ValueError):
     """Bad input to tiledmm: the message names the shapes, dtypes or choices involved."""
-
-
-def _torch():
-    import torch
-    return torch
 
 
 def kind_of(x: Any) -> str:
@@ -44,7 +42,14 @@ def kind_of(x: Any) -> str:
 def dtype_name(x: Any, kind: str) -> str:
     if kind == "torch":
         return str(x.dtype).replace("torch.", "")
-    return np.dtype(x.dtype).name
+    try:
+        return np.dtype(x.dtype).name
+    except TypeError:
+        return str(x.dtype)
+
+
+def _simulated(x: Any) -> bool:
+    return type(x).__name__ == "FakeCUDAArray"
 
 
 def device_name(x: Any, kind: str) -> str:
@@ -52,89 +57,97 @@ def device_name(x: Any, kind: str) -> str:
         return "cpu"
     if kind == "torch":
         return "cpu" if x.device.type == "cpu" else f"cuda:{x.device.index or 0}"
-    if kind == "numba" and type(x).__name__ == "FakeCUDAArray":
+    if _simulated(x):
         return "cuda:0 (simulated)"
     if kind == "cupy":
         return f"cuda:{x.device.id}"
-    return "cuda:0"
+    import torch
+    return f"cuda:{torch.cuda.current_device()}"
 
 
-@dataclass
-class Operand:
-    """One array as given, with what tiledmm needs to know about it."""
-    obj: Any
-    name: str
-    kind: str
-    shape: tuple
-    dtype: str
-    device: str
-
-    @classmethod
-    def of(cls, x: Any, name: str) -> "Operand":
-        kind = kind_of(x)
-        return cls(x, name, kind, tuple(int(s) for s in x.shape), dtype_name(x, kind), device_name(x, kind))
-
-    @property
-    def on_host(self) -> bool:
-        return self.device == "cpu"
-
-    def describe(self) -> str:
-        return f"{self.name}: {self.kind} {'x'.join(map(str, self.shape)) or 'scalar'} {self.dtype} on {self.device}"
-
-    # -- views for the kernel families -------------------------------------------------
-    def host_numpy(self) -> np.ndarray:
-        """A numpy view (host kinds only)."""
-        return self.obj.detach().numpy() if self.kind == "torch" else self.obj
-
-    def assign_from_torch(self, t) -> None:
-        """Copy a torch tensor's values into this (host) operand."""
-        if self.kind == "torch":
-            self.obj.copy_(t)
-        else:
-            self.obj[...] = t.cpu().numpy()
-
-    def numba_view(self, cuda, *, copy_in: bool = True):
-        """A numba device array over this operand: the same memory for device kinds,
-        a fresh device copy for host kinds (copied in only when ``copy_in``)."""
-        if self.kind == "numba":
-            return self.obj
-        if self.on_host:
-            host = np.ascontiguousarray(self.host_numpy())
-            return cuda.to_device(host) if copy_in else cuda.device_array(host.shape, host.dtype)
-        obj = self.obj.detach() if self.kind == "torch" else self.obj
-        return cuda.as_cuda_array(obj)
-
-    def torch_view(self, device: str):
-        """A torch tensor over this operand on ``device`` (no copy where it already is)."""
-        torch = _torch()
-        if self.kind == "torch":
-            t = self.obj.detach()
-        elif self.kind == "numpy":
-            t = torch.from_numpy(self.obj)
-        else:  # cupy, numba, any __cuda_array_interface__ object
-            t = torch.as_tensor(self.obj, device="cuda")
-        return t if str(t.device).startswith(device) else t.to(device)
+def on_host(x: Any, kind: str) -> bool:
+    return kind == "numpy" or (kind == "torch" and x.device.type == "cpu")
 
 
-def empty_like_kind(like: Operand, shape: tuple, dtype: str):
-    """A new (uninitialised) array of ``like``'s kind and device."""
-    if like.kind == "numpy":
-        return np.empty(shape, dtype=dtype)
-    if like.kind == "torch":
-        torch = _torch()
-        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.obj.device)
-    if like.kind == "cupy":
+def shape_str(shape) -> str:
+    return "x".join(map(str, shape)) or "scalar"
+
+
+def describe(x: Any, name: str, kind: str | None = None) -> str:
+    kind = kind or kind_of(x)
+    return f"{name}: {kind} {shape_str(tuple(x.shape))} {dtype_name(x, kind)} on {device_name(x, kind)}"
+
+
+def _negative(strides) -> bool:
+    return any(s < 0 for s in strides)
+
+
+def to_torch(x: Any, kind: str):
+    """A torch tensor over x: the same memory where torch can view it, else a contiguous copy."""
+    import torch
+    if kind == "torch":
+        return x.detach()
+    if kind == "numpy":
+        if _negative(x.strides) or any(s % x.itemsize for s in x.strides):
+            x = np.ascontiguousarray(x)
+        with warnings.catch_warnings():   # read-only arrays (np.broadcast_to): tiledmm never writes inputs
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(x)
+    if _simulated(x):                     # numba's simulator: a host array underneath
+        return torch.from_numpy(np.ascontiguousarray(x.copy_to_host()))
+    if kind == "cupy":
+        if _negative(x.strides):
+            import cupy
+            x = cupy.ascontiguousarray(x)
+        return torch.from_dlpack(x)
+    strides = x.__cuda_array_interface__.get("strides") or ()
+    if _negative(strides):                # numba cannot copy these on the device: through the host
+        return torch.from_numpy(np.ascontiguousarray(x.copy_to_host())).cuda()
+    return torch.as_tensor(x, device=f"cuda:{torch.cuda.current_device()}")
+
+
+def writable_view(x: Any, kind: str):
+    """(tensor, exact): a torch tensor to write the result into, and whether writes into it land
+    in ``x`` itself (False: the caller must copy the tensor back with ``write_back``)."""
+    if kind == "numpy" and not x.flags.writeable:
+        raise TiledmmError("out is a read-only numpy array; pass a writable one")
+    if kind in ("torch", "cuda_array") or (kind == "numpy" and not _negative(x.strides)
+                                            and not any(s % x.itemsize for s in x.strides)) \
+            or (kind == "cupy" and not _negative(x.strides)) \
+            or (kind == "numba" and not _simulated(x) and not _negative(x.strides)):
+        return to_torch(x, kind), True
+    return to_torch(x, kind).clone(), False
+
+
+def write_back(x: Any, kind: str, t) -> None:
+    """Copy tensor ``t`` into array ``x`` (for outs that ``writable_view`` could not view)."""
+    if kind == "numpy":
+        x[...] = t.cpu().numpy()
+    elif kind == "cupy":
         import cupy
-        with cupy.cuda.Device(like.obj.device.id):
-            return cupy.empty(shape, dtype=dtype)
+        x[...] = cupy.from_dlpack(t.contiguous())
+    else:   # numba (simulated or negative strides)
+        host = t.cpu().numpy()
+        if _simulated(x):
+            x.copy_to_device(np.ascontiguousarray(host))
+        else:
+            from ._backend import numba_cuda
+            tmp = numba_cuda().to_device(np.ascontiguousarray(host))
+            x[...] = tmp
+
+
+def from_torch(t, kind: str, like: Any):
+    """The result as the caller's kind (no copy for device kinds)."""
+    if kind == "torch":
+        return t
+    if kind == "numpy":
+        return t.cpu().numpy()
+    if kind == "cupy":
+        import cupy
+        with cupy.cuda.Device(like.device.id):
+            return cupy.from_dlpack(t)
     from ._backend import numba_cuda
-    return numba_cuda().device_array(shape, dtype=dtype)
-
-
-def fill(op: Operand, value: float) -> None:
-    """Set every element of ``op`` (any kind) to ``value``."""
-    if op.kind in ("numpy", "torch", "cupy"):
-        op.obj[...] = value
-    else:  # numba device array: build on host and copy in
-        host = np.full(op.shape, value, dtype=op.dtype)
-        op.obj.copy_to_device(host)
+    cuda = numba_cuda()
+    if _simulated(like):
+        return cuda.to_device(t.cpu().numpy())
+    return cuda.as_cuda_array(t)

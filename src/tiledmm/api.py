@@ -1,107 +1,378 @@
-"""The public API: ``tiledmm.matmul``."""
+"""The public API: ``tiledmm.matmul``.
+
+``matmul(a, b)`` means what ``a @ b`` means in numpy and torch -- 1-D operands,
+batch dimensions that broadcast -- and takes the BLAS GEMM form on top:
+``out = alpha * a @ b + beta * out``. Every call is reduced to the kernels' one
+problem: P = A @ B on 2-D (or 3-D batched) torch tensors on the kernels' device,
+on the caller's stream. Around the kernel this module does, once for every family:
+validation with messages that name shapes and dtypes; array kinds in and out;
+host <-> device copies; 1-D and batch shapes; the GEMM epilogue for kernels without
+their own; a temporary when ``out`` overlaps an input; empty and K = 0 products.
+
+A call on torch tensors whose plan was seen before takes a short path: a dict
+lookup, a few shape checks, the output allocation and the launch (see ``_FastPlan``).
+"""
 from __future__ import annotations
 
+import math
+import numbers
+import threading
+from contextlib import nullcontext
 from typing import Any
 
-from . import _backend, registry
-from ._arrays import SUPPORTED_DTYPES, Operand, TiledmmError, empty_like_kind, fill
+from . import _backend, epilogue, registry
+from ._arrays import (SUPPORTED_DTYPES, TiledmmError, describe, device_name, dtype_name, from_torch, kind_of,
+                      on_host, shape_str, to_torch, write_back, writable_view)
 from .registry import KernelSpec
+
+API_OPTIONS = ("precision",)
 
 
 def default_kernel(dtype: str) -> str:
-    """The kernel ``matmul`` uses when none is named."""
-    names = registry.names()
-    if not _backend.emulating() and "triton" in names and dtype != "float64":
-        return "triton"
-    return "tiled"
+    """The kernel ``matmul`` uses when none is named: Triton's for float32/16-bit, the SIMT
+    ladder's autotuned rung for float64 (the lectures' ``tiled`` in emulation)."""
+    if dtype == "float64":
+        return "tiled" if _backend.emulating() else "autotuned"
+    return "triton"
 
 
-def _validate_pair(A: Operand, B: Operand, spec: KernelSpec) -> tuple[int, ...]:
-    both = f"{A.describe()}; {B.describe()}"
-    ranks = (3, 2) if spec.batched else (2,)
-    for X in (A, B):
-        if len(X.shape) not in ranks and not (spec.batched and len(X.shape) == 2):
-            want = "2-D (or 3-D batched)" if spec.batched else "2-D"
-            raise TiledmmError(f"kernel {spec.name!r} needs {want} matrices; got {both}")
-    if len(A.shape) != len(B.shape):
-        raise TiledmmError(f"a and b must have the same rank; got {both}")
-    for X in (A, B):
-        if X.dtype not in SUPPORTED_DTYPES:
-            raise TiledmmError(f"unsupported dtype {X.dtype} ({X.name}); tiledmm supports {list(SUPPORTED_DTYPES)}")
-    if A.dtype != B.dtype:
-        raise TiledmmError(f"mixed dtypes: {both}; convert one so both have the same dtype")
-    if A.dtype not in spec.dtypes:
-        raise TiledmmError(f"kernel {spec.name!r} supports dtypes {list(spec.dtypes)}, not {A.dtype}")
-    if A.device != B.device:
-        raise TiledmmError(f"a and b are on different devices: {both}")
-    if A.kind != B.kind:
-        raise TiledmmError(f"a and b are different array kinds: {both}; pass two of the same kind")
-    if A.shape[-1] != B.shape[-2]:
-        raise TiledmmError(f"inner dimensions differ: a is {'x'.join(map(str, A.shape))}, "
-                           f"b is {'x'.join(map(str, B.shape))} (a's columns must equal b's rows)")
-    if len(A.shape) == 3 and A.shape[0] != B.shape[0]:
-        raise TiledmmError(f"batch sizes differ: {both}")
-    return (*A.shape[:-1], B.shape[-1])
+def _scalar(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TiledmmError(f"{name} must be a real number, got {v!r} ({type(v).__name__})")
+    return float(v)
 
 
-def _validate_out(out: Any, A: Operand, shape: tuple, dtype: str) -> Operand:
-    O = Operand.of(out, "out")
-    if O.shape != shape or O.dtype != dtype or O.device != A.device or O.kind != A.kind:
-        raise TiledmmError(
-            f"out must be a {A.kind} {'x'.join(map(str, shape))} {dtype} array on {A.device}; got {O.describe()}")
-    return O
+def _overlap(x, y) -> bool:
+    """Whether two tensors' memory ranges intersect (conservative: interleaved views count)."""
+    if x.device != y.device or x.numel() == 0 or y.numel() == 0:
+        return False
+    def span(t):
+        lo = t.data_ptr()
+        return lo, lo + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+    (a0, a1), (b0, b1) = span(x), span(y)
+    return a0 < b1 and b0 < a1
 
 
-def matmul(a: Any, b: Any, *, kernel: str | None = None, tile: int | None = None,
-           out: Any = None, **options: Any) -> Any:
-    """P = a @ b with a tiledmm kernel.
+def _internal_overlap(t) -> bool:
+    """Whether two positions of ``t`` share memory (a zero stride, or strides that interleave)."""
+    import torch
+    probe = getattr(torch, "_debug_has_internal_overlap", None)
+    if probe is not None:
+        return probe(t) == 1
+    return any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride()))
 
-    a, b: numpy arrays, torch tensors (CPU or CUDA), CuPy arrays or numba device
-        arrays, both of one kind, device and dtype (float32 or float64 for the SIMT
-        kernels). Device arrays are used in place, with any strides; host arrays are
-        copied to the GPU (contiguous) and the result copied back.
-    kernel: a name from ``tiledmm.kernel_names()``; default: the fastest correct one.
+
+_stream_cache: dict[int, Any] = {}
+
+
+def _stream_handle(stream: Any) -> int:
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream
+    for attr in ("cuda_stream", "ptr"):            # torch, CuPy
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    handle = getattr(stream, "handle", None)       # numba
+    if handle is not None:
+        return int(getattr(handle, "value", handle) or 0)
+    raise TiledmmError(f"stream must be a torch, CuPy or numba stream or a raw handle (int); got {type(stream).__name__}")
+
+
+def _stream_context(kind: str, stream: Any, device):
+    """Make the caller's stream torch's current stream for the call: ``stream=`` if given,
+    else torch's current stream for torch tensors, CuPy's current stream for CuPy arrays,
+    the default stream otherwise."""
+    import torch
+    if stream is None:
+        if kind == "torch":
+            return nullcontext()
+        if kind == "cupy":
+            import cupy
+            handle = cupy.cuda.get_current_stream().ptr
+        else:
+            return torch.cuda.stream(torch.cuda.default_stream(device))
+    else:
+        handle = _stream_handle(stream)
+    if handle == torch.cuda.current_stream(device).cuda_stream:
+        return nullcontext()
+    s = _stream_cache.get(handle)
+    if s is None:
+        s = _stream_cache[handle] = torch.cuda.ExternalStream(handle, device=device)
+    return torch.cuda.stream(s)
+
+
+def _result_shape(sa: tuple, sb: tuple, a, b) -> tuple[tuple, tuple, tuple]:
+    """(batch shape, M, N) and the result's shape by numpy's matmul rules."""
+    import torch
+    if len(sa) == 0 or len(sb) == 0:
+        raise TiledmmError(f"matmul needs arrays of at least one dimension; got {describe(a, 'a')}; "
+                           f"{describe(b, 'b')} (for scalars use *)")
+    K = sa[-1]
+    Kb = sb[0] if len(sb) == 1 else sb[-2]
+    if K != Kb:
+        raise TiledmmError(f"inner dimensions differ: a is {shape_str(sa)}, b is {shape_str(sb)} "
+                           f"(a's last dimension, {K}, must equal b's {'only' if len(sb) == 1 else 'second-to-last'} "
+                           f"dimension, {Kb})")
+    ba, bb = sa[:-2], sb[:-2]
+    try:
+        batch = tuple(torch.broadcast_shapes(ba, bb))
+    except RuntimeError:
+        raise TiledmmError(f"batch dimensions do not broadcast: a is {shape_str(sa)}, b is {shape_str(sb)} "
+                           f"(batch {shape_str(ba)} vs {shape_str(bb)})") from None
+    M = sa[-2] if len(sa) > 1 else 1
+    N = sb[-1] if len(sb) > 1 else 1
+    res = batch + ((M,) if len(sa) > 1 else ()) + ((N,) if len(sb) > 1 else ())
+    return batch, (M, K, N), res
+
+
+def matmul(a: Any, b: Any, *, kernel: str | None = None, tile: int | None = None, out: Any = None,
+           alpha: float = 1.0, beta: float = 0.0, precision: str | None = None, stream: Any = None,
+           max_device_bytes: int | None = None, **options: Any) -> Any:
+    """``alpha * a @ b + beta * out`` with a tiledmm kernel (``a @ b`` by default).
+
+    a, b: numpy arrays, torch tensors (CPU or CUDA), CuPy arrays or numba device arrays,
+        both of one kind, device and dtype (float32, float64, float16, bfloat16), any
+        strides (negative and zero too), 1-D or N-D with batch dimensions that broadcast,
+        exactly as ``a @ b``.
+    kernel: a name from ``tiledmm.kernel_names()``; default: by dtype (Triton for
+        float32/16-bit, the SIMT ladder's tuned rung for float64).
     tile: the kernel's tile width (``TILE_WIDTH``), where it has one.
-    out: optional array of the inputs' kind receiving the result.
-    Returns the result in the inputs' kind (``out`` itself when given).
+    out: array of the inputs' kind and device with the result's shape (its dtype may be
+        any supported float); receives the result and is returned. May alias an input.
+    alpha, beta: the GEMM form. ``beta`` needs ``out``; with ``beta == 0`` out's old
+        contents are never read.
+    precision: float32 only: "ieee" (exact, default) or "tf32" (tensor cores).
+    stream: the CUDA stream to run on (torch, CuPy or numba stream, or a raw handle);
+        default: torch's current stream for torch tensors, CuPy's for CuPy arrays, the
+        default stream otherwise. Host arrays are copied on it and the call waits for it.
+    max_device_bytes: for host operands, the most device memory to use: a product that
+        does not fit is computed out of core, streamed through the GPU in blocks.
     Inputs are never modified.
     """
-    A, B = Operand.of(a, "a"), Operand.of(b, "b")
-    spec = registry.get(kernel or default_kernel(A.dtype))
+    if _Tensor is not None and type(a) is _Tensor and type(b) is _Tensor and stream is None and tile is None \
+            and not options and max_device_bytes is None:
+        plan = _fast_plans.get((a.dtype, b.dtype, a.device, a.dim(), b.dim(), kernel, precision))
+        if plan is not None:
+            r = plan(a, b, out, alpha, beta)
+            if r is not None:
+                return r
+    return _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options)
+
+
+def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options):
+    kind = kind_of(a)
+    if kind_of(b) != kind:
+        raise TiledmmError(f"a and b are different array kinds: {describe(a, 'a')}; {describe(b, 'b')}; "
+                           "pass two of the same kind")
+    alpha, beta = _scalar("alpha", alpha), _scalar("beta", beta)
+    da, db = dtype_name(a, kind), dtype_name(b, kind)
+    for name, x, d in (("a", a, da), ("b", b, db)):
+        if d not in SUPPORTED_DTYPES:
+            raise TiledmmError(f"unsupported dtype {d} ({describe(x, name, kind)}); "
+                               f"tiledmm supports {list(SUPPORTED_DTYPES)}")
+    if da != db:
+        raise TiledmmError(f"mixed dtypes: {describe(a, 'a', kind)}; {describe(b, 'b', kind)}; "
+                           "convert one so both have the same dtype")
+    dev_a, dev_b = device_name(a, kind), device_name(b, kind)
+    if dev_a != dev_b:
+        raise TiledmmError(f"a and b are on different devices: {describe(a, 'a', kind)}; {describe(b, 'b', kind)}")
+    spec = registry.get(kernel or default_kernel(da))
     tile = spec.check_tile(tile)
-    unknown = set(options) - set(spec.options)
+    opts = dict(options)
+    if precision is not None:
+        opts["precision"] = precision
+    unknown = set(opts) - set(spec.options)
     if unknown:
         raise TiledmmError(f"kernel {spec.name!r} takes no option(s) {sorted(unknown)}; "
                            f"it understands {list(spec.options) or 'none'}")
-    shape = _validate_pair(A, B, spec)
-    out_dtype = options.get("out_dtype") or A.dtype
-    if out is not None and "out_dtype" in spec.options and "out_dtype" not in options:
-        given = Operand.of(out, "out").dtype   # the block kernels write any float dtype ``out`` has
-        out_dtype = given if given in ("float32", "float16", "bfloat16") and A.dtype != "float64" else out_dtype
-    O = _validate_out(out, A, shape, out_dtype) if out is not None else \
-        Operand.of(empty_like_kind(A, shape, out_dtype), "out")
-    m, n, k = shape[-2], shape[-1], A.shape[-1]
-    batch = shape[0] if len(shape) == 3 else 1
-    if batch * m * n == 0:
-        return O.obj
-    if k == 0:
-        fill(O, 0.0)
-        return O.obj
-    if _backend.emulating():
-        work = batch * m * n * k
+    if da not in spec.dtypes:
+        raise TiledmmError(f"kernel {spec.name!r} supports dtypes {list(spec.dtypes)}, not {da} "
+                           f"(the default kernel for {da} is {default_kernel(da)!r})")
+    if spec.family == "block":
+        from .kernels.block.matmul import check_precision
+        check_precision(da, opts.get("precision"))
+    batch, (M, K, N), res_shape = _result_shape(tuple(a.shape), tuple(b.shape), a, b)
+
+    out_kind = None
+    if out is not None:
+        out_kind = kind_of(out)
+        od = dtype_name(out, out_kind)
+        if out_kind != kind or tuple(out.shape) != res_shape or od not in SUPPORTED_DTYPES \
+                or device_name(out, out_kind) != dev_a:
+            raise TiledmmError(f"out must be a {kind} {shape_str(res_shape)} array on {dev_a} (dtype "
+                               f"{da}, or another of {list(SUPPORTED_DTYPES)}); got {describe(out, 'out', out_kind)}")
+    elif beta != 0.0:
+        raise TiledmmError(f"beta={beta} adds beta * out to the product, so it needs out= "
+                           f"(a {shape_str(res_shape)} array holding C)")
+    work = math.prod(batch) * M * N * K
+    if _backend.emulating() and work:
         if spec.emulation_limit is None:
             raise TiledmmError(f"kernel {spec.name!r} needs a GPU; none is in use (emulation)")
         limit = _backend.emulation_limit(spec.emulation_limit)
         if work > limit:
             raise TiledmmError(
-                f"{'x'.join(map(str, A.shape))} @ {'x'.join(map(str, B.shape))} is {work:,} multiply-adds, "
+                f"{shape_str(a.shape)} @ {shape_str(b.shape)} is {work:,} multiply-adds, "
                 f"over the emulation limit of {limit:,} for kernel {spec.name!r}: with no GPU "
-                "the kernel runs in a simulator, a Python thread per CUDA thread (64^3 takes 10-100 s). "
+                "the kernel runs in a simulator (a Python thread per CUDA thread for the SIMT kernels). "
                 "Use smaller matrices, a GPU, or raise TILEDMM_EMULATION_LIMIT if you will wait.")
-    launch = spec.prepare(A, B, O, tile, options)
-    launch.run()
-    launch.finish()
-    return O.obj
+
+    ta, tb = to_torch(a, kind), to_torch(b, kind)
+    host = on_host(a, kind)
+    import torch
+    if out is not None:
+        target, exact = writable_view(out, out_kind)
+        if _internal_overlap(target):
+            raise TiledmmError(f"out has overlapping elements (a zero or overlapping stride: strides "
+                               f"{tuple(target.stride())}); pass an array with one element per position")
+    else:
+        target, exact = torch.empty(res_shape, dtype=ta.dtype, device=ta.device), True
+    if target.numel() and K == 0:
+        epilogue.fill_scaled(target, beta)
+    elif target.numel():
+        device = torch.device("cpu") if _backend.emulating() else (
+            torch.device("cuda", torch.cuda.current_device()) if host else ta.device)
+        ctx = nullcontext() if device.type == "cpu" else _stream_context(kind, stream, device)
+        dev_ctx = nullcontext() if device.type == "cpu" else torch.cuda.device(device)
+        with dev_ctx, ctx:
+            if host and max_device_bytes is not None or (host and device.type == "cuda" and _too_big(ta, tb, target)):
+                _out_of_core(spec, tile, opts, ta, tb, target, alpha, beta, max_device_bytes, batch)
+            else:
+                _compute(spec, tile, opts, ta.to(device), tb.to(device), target, alpha, beta, batch, (M, K, N),
+                         res_shape)
+    if out is not None:
+        if not exact:
+            write_back(out, out_kind, target)
+        if kind == "torch" and host is False:
+            _remember_fast(spec, kernel, precision, a, b)
+        return out
+    if kind == "torch" and not host:
+        _remember_fast(spec, kernel, precision, a, b)
+    return from_torch(target, kind, a)
+
+
+def _compute(spec: KernelSpec, tile, opts, A, B, target, alpha: float, beta: float, batch: tuple,
+             mkn: tuple, res_shape: tuple) -> None:
+    """target (the result, on any device) = alpha * A @ B + beta * target, A and B on the kernels' device."""
+    import torch
+    M, K, N = mkn
+    A = A if A.dim() > 1 else A.unsqueeze(0)          # vector @ ...: a 1 x K matrix
+    B = B if B.dim() > 1 else B.unsqueeze(-1)         # ... @ vector: a K x 1 matrix
+    full = batch + (M, N)
+    C = target.reshape(full) if target.shape != full else target
+    direct = C.device == A.device and C.data_ptr() == target.data_ptr() and \
+        not (_overlap(C, A) or _overlap(C, B)) and (spec.family == "block" or C.dtype == A.dtype)
+    if direct and tuple(C.shape) != full:
+        direct = False
+    if not direct:                                     # a temporary: out aliases an input, lives elsewhere, ...
+        C = torch.empty(full, dtype=target.dtype if spec.family == "block" else A.dtype, device=A.device)
+        if beta != 0.0:
+            C.copy_(target.reshape(full))
+    _gemm(spec, tile, opts, A, B, C, alpha, beta, batch, M, K, N)
+    if not direct:
+        target.copy_(C.reshape(target.shape))
+
+
+def _gemm(spec: KernelSpec, tile, opts, A, B, C, alpha: float, beta: float, batch: tuple, M: int, K: int,
+          N: int) -> None:
+    """C (batch..., M, N) = alpha * A @ B + beta * C on the kernels' device."""
+    import torch
+    nb = math.prod(batch)
+    if B.dim() == 2 and A.dim() > 2:               # (batch..., M, K) @ (K, N): one tall 2-D product when it views
+        try:
+            A2, C2 = A.view(-1, K), C.view(-1, N)
+            A, C, batch, nb, M = A2, C2, (), 1, A2.shape[0]
+        except RuntimeError:
+            pass
+    if batch:
+        A3 = A.expand(batch + (M, K)).reshape(nb, M, K) if A.dim() > 2 else A
+        B3 = B.expand(batch + (K, N)).reshape(nb, K, N) if B.dim() > 2 else B
+        C3 = C.view(nb, M, N) if C.dim() > 2 else C
+    else:
+        A3, B3, C3 = A, B, C
+    native = spec.epilogue or (alpha == 1.0 and beta == 0.0)
+    P = C3 if native else torch.empty(C3.shape, dtype=A.dtype, device=A.device)
+    kw = {"alpha": alpha, "beta": beta} if spec.epilogue else {}
+    if spec.batched or C3.dim() == 2:
+        spec.launch(A3, B3, P, tile=tile, opts=opts, **kw)
+    else:
+        for i in range(nb):
+            spec.launch(A3[i] if A3.dim() == 3 else A3, B3[i] if B3.dim() == 3 else B3, P[i], tile=tile,
+                        opts=opts, **kw)
+    if not native:
+        epilogue.apply(C3, P, alpha, beta)
+
+
+def _too_big(ta, tb, target) -> bool:
+    import torch
+    need = sum(t.numel() * t.element_size() for t in (ta, tb, target))
+    free, _ = torch.cuda.mem_get_info()
+    return need > 0.9 * free
+
+
+def _out_of_core(spec, tile, opts, ta, tb, target, alpha, beta, max_device_bytes, batch) -> None:
+    if batch or ta.dim() != 2 or tb.dim() != 2:
+        raise TiledmmError("out-of-core products take 2-D operands; loop over the batch yourself")
+    from .outofcore import matmul_out_of_core
+
+    def gemm(a, b, c, al, be):
+        _gemm(spec, tile, opts, a, b, c, al, be, (), a.shape[0], a.shape[1], b.shape[1])
+    matmul_out_of_core(ta, tb, target, alpha=alpha, beta=beta, max_device_bytes=max_device_bytes, gemm=gemm)
+
+
+# -- the short path for repeat calls on torch tensors ---------------------------------------------
+
+_Tensor = None
+_fast_plans: dict[tuple, Any] = {}
+_fast_lock = threading.Lock()
+
+
+class _FastPlan:
+    """Repeat calls with torch CUDA tensors on the Triton family: 2-D or 3-D operands
+    without broadcasting, same dtype in and out, the caller's current stream and device.
+    Returns None where anything is unusual, and the full path handles the call."""
+
+    def __init__(self, a, precision: str | None):
+        import torch
+        from .kernels.block.matmul import check_precision, launch
+        self.device, self.dtype = a.device, a.dtype
+        self.precision = check_precision(str(a.dtype).replace("torch.", ""), precision)
+        self.launch, self.empty, self.Tensor = launch, torch.empty, torch.Tensor
+        self.current = torch.cuda.current_device
+
+    def __call__(self, a, b, out, alpha, beta):
+        if type(alpha) is not float and type(alpha) is not int or type(beta) is not float and type(beta) is not int:
+            return None
+        sa, sb = a.shape, b.shape
+        if sa[-1] != sb[-2] or b.device != self.device or self.current() != self.device.index:
+            return None
+        if len(sa) == 3 and sa[0] != sb[0]:     # the plan's key fixes both ranks equal
+            return None
+        shape = (*sa[:-1], sb[-1])
+        if out is None:
+            if beta != 0:
+                return None
+            c = self.empty(shape, dtype=self.dtype, device=self.device)
+        else:
+            if type(out) is not self.Tensor or out.shape != shape or out.dtype != self.dtype \
+                    or out.device != self.device or _overlap(out, a) or _overlap(out, b) or 0 in out.stride():
+                return None
+            c = out
+        if 0 in shape or sa[-1] == 0:
+            return None
+        self.launch(a, b, c, precision=self.precision, alpha=float(alpha), beta=float(beta))
+        return c
+
+
+def _remember_fast(spec: KernelSpec, kernel, precision, a, b) -> None:
+    """After a successful full-path call on torch CUDA tensors, allow the short path for its kind."""
+    global _Tensor
+    if spec.family != "block" or _backend.emulating() or a.dim() not in (2, 3) or b.dim() != a.dim():
+        return
+    key = (a.dtype, b.dtype, a.device, a.dim(), b.dim(), kernel, precision)
+    if key not in _fast_plans:
+        import torch
+        with _fast_lock:
+            _fast_plans[key] = _FastPlan(a, precision)
+            _Tensor = torch.Tensor
 
 
 def kernel_names() -> list[str]:

@@ -1,6 +1,6 @@
 """The one harness every kernel goes through: fresh random inputs, a float64
 reference, a poisoned output, the relative error against a bound per precision,
-and timing with CUDA events (warm-up, median of repeats).
+and timing through ``tiledmm.timing`` (the one timing method).
 
 This is the lectures' host program -- allocate, copy in, configure, launch, copy
 out, compare with the golden host result -- made strict: the output is filled
@@ -8,16 +8,16 @@ with NaN before every checked run, so an element no thread wrote fails the check
 """
 from __future__ import annotations
 
-import statistics
-import time
+import functools
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 import numpy as np
 
 from . import _backend, registry
-from ._arrays import Operand
+from ._arrays import kind_of
 from .api import matmul
+from .timing import time_calls
 
 # ||C - ref|| / ||ref|| bounds. fp32 lands near 1e-7; tf32 near 3e-4; bf16 near 3e-3.
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3, "float16": 5e-3, "bfloat16": 2e-2}
@@ -29,12 +29,12 @@ def tolerance(dtype: str, precision: str | None = None) -> float:
 
 def to_float64(x: Any) -> np.ndarray:
     """Any supported array kind, copied to a host float64 numpy array."""
-    op = Operand.of(x, "x")
-    if op.kind == "torch":
+    kind = kind_of(x)
+    if kind == "torch":
         return x.detach().to("cpu", dtype=__import__("torch").float64).numpy()
-    if op.kind == "numpy":
+    if kind == "numpy":
         return x.astype(np.float64)
-    if op.kind == "cupy":
+    if kind == "cupy":
         return x.get().astype(np.float64)
     return x.copy_to_host().astype(np.float64)
 
@@ -79,31 +79,6 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
-def time_ms(launches: list, *, warmup: int, repeats: int) -> float:
-    """Median milliseconds per launch, rotating through ``launches`` (several input
-    sets, so that a small problem is not served from L2). CUDA events on a GPU,
-    the host clock (including copy-back) in emulation."""
-    if _backend.emulating():
-        times = []
-        for i in range(max(repeats, 1)):
-            t0 = time.perf_counter()
-            launches[i % len(launches)].run()
-            launches[i % len(launches)].finish()
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times)
-    import torch
-    for i in range(warmup):
-        launches[i % len(launches)].run()
-    torch.cuda.synchronize()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
-    for i, (start, end) in enumerate(events):
-        start.record()
-        launches[i % len(launches)].run()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events)
-
-
 @dataclass
 class Result:
     kernel: str
@@ -136,9 +111,11 @@ def flops(shape: tuple) -> float:
 
 
 def check_and_time(kernel: str, shape: tuple, dtype: str = "float32", *, tile: int | None = None,
-                   precision: str | None = None, seed: int = 0, warmup: int = 3, repeats: int = 10,
+                   precision: str | None = None, seed: int = 0, warmup: int = 3, repeats: int = 5,
                    rotate: int = 1, time_it: bool = True, options: dict | None = None) -> Result:
-    """Check one kernel on fresh random inputs against float64, then time it."""
+    """Check one kernel on fresh random inputs against float64, then time it -- both through
+    ``tiledmm.matmul``, as a user calls it (per-call host work counts), with ``timing.time_calls``:
+    batches of queued calls rotating over ``rotate`` input sets, median of ``repeats`` batches."""
     spec = registry.get(kernel)
     tile = spec.check_tile(tile)
     opts = dict(options or {})
@@ -153,12 +130,12 @@ def check_and_time(kernel: str, shape: tuple, dtype: str = "float32", *, tile: i
     res = Result(kernel, tile, tuple(shape), dtype, precision, rel_error(out, reference(a, b)),
                  tolerance(dtype, precision), emulated=_backend.emulating())
     if time_it and res.ok:
-        launches = []
+        calls = []
         for r in range(max(rotate, 1)):
             ar, br = (a, b) if r == 0 else random_inputs(sa, sb, dtype, seed=seed + 1000 + r)
-            launches.append(spec.prepare(Operand.of(ar, "a"), Operand.of(br, "b"),
-                                         Operand.of(poisoned_like(ar, (*batch, m, n)), "out"), tile, opts))
-        res.ms = time_ms(launches, warmup=warmup, repeats=repeats)
+            calls.append(functools.partial(matmul, ar, br, kernel=kernel, tile=tile,
+                                           out=poisoned_like(ar, (*batch, m, n)), **opts))
+        res.ms = time_calls(calls, batches=max(repeats, 1), warmup=warmup)
         res.tflops = flops(shape) / (res.ms * 1e-3) / 1e12
     return res
 

@@ -8,33 +8,37 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Any, Callable
 
-from ._arrays import Operand, TiledmmError
-
-
-class Prepared(Protocol):
-    def run(self) -> None:
-        """Launch (asynchronously on a GPU)."""
-
-    def finish(self) -> None:
-        """Make the result visible in the caller's output array (copy back if host)."""
+from ._arrays import TiledmmError
 
 
 @dataclass(frozen=True)
 class KernelSpec:
+    """Everything about one kernel: what it computes on, how it is launched, and what the
+    analysis tools need to know of it."""
     name: str
     family: str                      # "simt" | "block" | "library"
     summary: str
     dtypes: tuple[str, ...]
-    # prepare(a, b, out, tile, opts) -> Prepared; conversions happen here, once
-    prepare: Callable[..., Prepared] = field(repr=False)
+    # launch(a, b, c, *, tile, opts): enqueue P = a @ b into c on the current (torch) stream; a, b, c are
+    # torch tensors on the kernels' device (CPU in emulation), 2-D -- or 3-D where ``batched`` -- with any
+    # non-negative strides; with ``epilogue`` it also takes alpha= and beta= and computes
+    # c = alpha * a @ b + beta * c itself, else the API finishes with the shared epilogue.
+    launch: Callable[..., None] = field(repr=False)
     tiles: tuple[int, ...] = ()
     default_tile: int | None = None
-    batched: bool = False            # accepts 3-D (batch, m, k) @ (batch, k, n)
-    options: tuple[str, ...] = ()    # extra keyword options it understands (alpha, beta, precision)
+    batched: bool = False            # launch takes 3-D (batch, m, k) @ (batch or 1, k, n)
+    epilogue: bool = False           # launch applies alpha and beta itself
+    options: tuple[str, ...] = ()    # extra keyword options it understands (precision, variant, config)
     emulation_limit: int | None = None   # max multiply-adds in emulation; None = not emulable
     order: int = 100                 # position in tables and plots (the order of the argument)
+    # for the analysis tools (SIMT kernels): the compiled kernel, its launch configuration,
+    # the P tile one block computes, and the barriers each K-phase passes
+    make: Callable[..., Any] | None = field(default=None, repr=False)            # (tile, dtype) -> kernel
+    launch_config: Callable[..., Any] | None = field(default=None, repr=False)   # (tile, J, K, L) -> (grid, block)
+    block_tile: Callable[[int | None], tuple[int, int]] | None = field(default=None, repr=False)
+    barriers_per_phase: int = 1
 
     def check_tile(self, tile: int | None) -> int | None:
         if not self.tiles:
@@ -86,4 +90,4 @@ def shape_class(m: int, n: int, k: int) -> tuple[int, int, int]:
     return tuple(int(math.log2(max(x, 1))) for x in (m, n, k))
 
 
-__all__ = ["KernelSpec", "Operand", "Prepared", "register", "get", "names", "all_specs", "shape_class"]
+__all__ = ["KernelSpec", "register", "get", "names", "all_specs", "shape_class"]

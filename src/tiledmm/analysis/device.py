@@ -2,7 +2,7 @@
 or for a built-in profile of the lectures' GPUs, plus derived peaks."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ def query(index: int = 0) -> DeviceProfile:
     from .._backend import emulating, numba_cuda
     if emulating():
         from .._arrays import TiledmmError
-        raise TiledmmError("no CUDA GPU in use (emulation): name a built-in profile, e.g. --profile h100")
+        raise TiledmmError("no CUDA GPU in use (emulation), so there is no current GPU to describe: pick a "
+                           f"built-in profile with --profile ({', '.join(PROFILES)}), e.g. --profile h100")
     cuda = numba_cuda()
     dev = cuda.gpus[index]
     with dev:
@@ -110,19 +111,11 @@ def measure_copy_bandwidth(nbytes: int = 2 * 2**30, repeats: int = 10) -> float:
     """Device-to-device copy, counting bytes read plus written, GB/s (median)."""
     import torch
 
-    from ..harness import time_ms
+    from ..timing import time_calls
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
     dst = torch.empty_like(src)
-
-    class Copy:
-        def run(self):
-            dst.copy_(src)
-
-        def finish(self):
-            pass
-
-    ms = time_ms([Copy()], warmup=3, repeats=repeats)
+    ms = time_calls(lambda: dst.copy_(src), batches=repeats, warmup=3)
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
-__all__ = ["DeviceProfile", "PROFILES", "profile", "query", "current_or", "measure_copy_bandwidth", "replace"]
+__all__ = ["DeviceProfile", "PROFILES", "profile", "query", "current_or", "measure_copy_bandwidth"]

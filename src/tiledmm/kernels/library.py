@@ -7,8 +7,6 @@ the benchmark treat it like any other kernel.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
 from ..registry import KernelSpec, register
 
@@ -25,39 +23,20 @@ def fp32_matmul_precision(precision: str):
         torch.backends.cuda.matmul.allow_tf32 = old
 
 
-@dataclass
-class TorchLaunch:
-    a: Any
-    b: Any
-    out: Any
-    precision: str
-    alpha: float = 1.0
-    beta: float = 0.0
-
-    def run(self) -> None:
-        import torch
-        with fp32_matmul_precision(self.precision):
-            if self.beta == 0.0 and self.alpha == 1.0:
-                torch.matmul(self.a, self.b, out=self.out)
-            elif self.out.dim() == 2:
-                torch.addmm(self.out, self.a, self.b, beta=self.beta, alpha=self.alpha, out=self.out)
-            else:
-                torch.baddbmm(self.out, self.a, self.b, beta=self.beta, alpha=self.alpha, out=self.out)
-
-    host_out: Any = None   # the caller's host Operand, when the result must be copied back
-
-    def finish(self) -> None:
-        if self.host_out is not None:
-            self.host_out.assign_from_torch(self.out)
-
-
-def _prepare(a, b, out, tile, opts):
-    return TorchLaunch(a.torch_view("cuda"), b.torch_view("cuda"), out.torch_view("cuda"),
-                       opts.get("precision") or "ieee", opts.get("alpha", 1.0), opts.get("beta", 0.0),
-                       out if out.on_host else None)
+def _launch(a, b, c, *, tile, opts, alpha=1.0, beta=0.0) -> None:
+    import torch
+    with fp32_matmul_precision(opts.get("precision") or "ieee"):
+        if beta == 0.0 and alpha == 1.0 and c.is_contiguous():
+            torch.matmul(a, b, out=c)
+        elif c.dim() == 2 and a.dim() == 2 and b.dim() == 2:
+            torch.addmm(c, a, b, beta=beta, alpha=alpha, out=c) if c.is_contiguous() else \
+                c.copy_(torch.addmm(c, a, b, beta=beta, alpha=alpha))
+        else:
+            p = torch.matmul(a, b)
+            c.copy_(p.mul_(alpha).add_(c, alpha=beta) if beta != 0.0 else p.mul_(alpha))
 
 
 SPEC: KernelSpec = register(KernelSpec(
     name="cublas", family="library", summary="cuBLAS via torch.matmul (the baseline); precision ieee|tf32",
-    dtypes=("float64", "float32", "float16", "bfloat16"), prepare=_prepare, batched=True,
-    options=("precision", "alpha", "beta"), emulation_limit=None, order=0))
+    dtypes=("float64", "float32", "float16", "bfloat16"), launch=_launch, batched=True, epilogue=True,
+    options=("precision",), emulation_limit=None, order=0, block_tile=lambda tile: (tile or 128, tile or 128)))

@@ -3,25 +3,28 @@
 A rung file supplies ``make(tile, dtype) -> kernel`` (compiled once per tile and
 dtype: TILE_WIDTH is a compile-time constant, as in the lectures) and, if its
 threads do not map one-to-one onto a TILE x TILE patch of P, ``config``. This
-module does the host program the lectures describe: copy in, launch
-configuration, copy out.
+module does the host program the lectures describe -- launch configuration, launch --
+on the operands the API hands it (torch tensors already on the device), on the
+caller's CUDA stream. The GEMM form (alpha, beta) and batches are the API's: it runs
+a SIMT kernel on each 2-D slice and finishes with the shared epilogue.
 """
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
 
 import numpy as np
 
-from ..._arrays import Operand
-from ..._backend import numba_cuda
+from ..._backend import emulating, numba_cuda
 from ...registry import KernelSpec, register
 
 SIMT_DTYPES = ("float32", "float64")
 LECTURE_TILES = (2, 4, 8, 16, 32)   # 2 and 4 for the slides' toy examples; 32*32 = 1024 threads is the block limit
 SIMT_EMULATION_LIMIT = 64 ** 3
+GRID_LIMITS = (2 ** 31 - 1, 65535)    # gridDim.x, gridDim.y
 
 
 def lecture_config(tile: int, J: int, K: int, L: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -34,52 +37,90 @@ def numba_type(dtype: str):
     return from_dtype(np.dtype(dtype))
 
 
-@dataclass
-class SimtLaunch:
+def dtype_name(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What to launch: a compiled kernel and its launch configuration (tile, J, K, L) -> (grid, block)."""
     kernel: Any
-    grid: tuple
-    block: tuple
-    args: tuple
-    host_out: np.ndarray | None
-    dP: Any
-
-    def run(self) -> None:
-        self.kernel[self.grid, self.block](*self.args)
-
-    def finish(self) -> None:
-        if self.host_out is not None:
-            self.host_out[...] = self.dP.copy_to_host()
+    config: Callable
+    tile: int | None = None
 
 
-def prepare_launch(make: Callable, config: Callable, a: Operand, b: Operand, out: Operand,
-                   tile: int) -> SimtLaunch:
-    """Device views of M, N and P (P carries the caller's poison when it lives on the host)."""
+def prepare_launch(make: Callable, config: Callable, a, b, out, tile: int | None) -> Choice:
+    """The kernel for ``out``'s dtype and ``tile`` (a, b, out: the torch tensors of one launch)."""
+    return Choice(make(tile, dtype_name(out)), config, tile)
+
+
+# -- running a choice on torch tensors -----------------------------------------------------------
+
+_streams: dict[int, Any] = {}
+_simulator_lock = threading.Lock()
+
+
+def _numba_stream(cuda):
+    """numba's handle on torch's current stream (cached per raw stream)."""
+    import torch
+    ptr = torch.cuda.current_stream().cuda_stream
+    s = _streams.get(ptr)
+    if s is None:
+        s = _streams[ptr] = cuda.external_stream(ptr) if ptr else cuda.default_stream()
+    return s
+
+
+def _view(cuda, t):
+    if emulating():        # CPU tensors; the simulator copies (contiguous) numpy arguments in and back out
+        return np.ascontiguousarray(t.numpy())
+    return cuda.as_cuda_array(t.detach())
+
+
+def _chunks(config: Callable, tile, J: int, K: int, L: int) -> list[tuple[int, int, int, int]]:
+    """Row and column ranges small enough that each launch's grid fits CUDA's limits."""
+    cj, cl = J, L
+    while cj > 1 and any(g > lim for g, lim in zip(config(tile, cj, K, 1)[0], GRID_LIMITS)):
+        cj = (cj + 1) // 2
+    while cl > 1 and any(g > lim for g, lim in zip(config(tile, 1, K, cl)[0], GRID_LIMITS)):
+        cl = (cl + 1) // 2
+    return [(r, min(r + cj, J), c, min(c + cl, L)) for r in range(0, J, cj) for c in range(0, L, cl)]
+
+
+def run_choice(choice: Choice, a, b, c) -> None:
+    """Launch P = a @ b into c (2-D torch tensors on the kernels' device) on the current stream."""
     cuda = numba_cuda()
-    dM, dN = a.numba_view(cuda), b.numba_view(cuda)
-    host_out = out.host_numpy() if out.on_host else None
-    dP = cuda.to_device(np.ascontiguousarray(host_out)) if out.on_host else out.numba_view(cuda)
     J, K = a.shape
     L = b.shape[1]
-    grid, block = config(tile, J, K, L)
-    return SimtLaunch(make(tile, out.dtype), grid, block, (dM, dN, dP), host_out, dP)
-
-
-MAKERS: dict[str, Callable] = {}    # kernel name -> make(tile, dtype), for the analysis tools
-CONFIGS: dict[str, Callable] = {}   # kernel name -> launch configuration
+    stream = None if emulating() else _numba_stream(cuda)
+    for r0, r1, c0, c1 in _chunks(choice.config, choice.tile, J, K, L):
+        whole = (r0, r1, c0, c1) == (0, J, 0, L)
+        aa, bb, cc = (a, b, c) if whole else (a[r0:r1], b[:, c0:c1], c[r0:r1, c0:c1])
+        grid, block = choice.config(choice.tile, r1 - r0, K, c1 - c0)
+        args = (_view(cuda, aa), _view(cuda, bb), _view(cuda, cc))
+        if stream is None:
+            with _simulator_lock:        # numba's simulator swaps module globals per launch: one at a time
+                choice.kernel[grid, block](*args)
+            if not cc.is_contiguous():   # the simulator wrote into a contiguous copy of P
+                cc.copy_(__import__("torch").from_numpy(args[2]))
+        else:
+            choice.kernel[grid, block, stream](*args)
 
 
 def register_simt(name: str, summary: str, make: Callable, *, order: int,
                   config: Callable = lecture_config, tiles=LECTURE_TILES, default_tile: int | None = 16,
-                  dtypes=SIMT_DTYPES, prepare: Callable | None = None, options=()) -> KernelSpec:
-    """``make``/``config`` serve the analysis tools (and the launch, unless ``prepare`` is
-    given: a kernel that picks its own code per call, like rung 10's autotuner)."""
+                  dtypes=SIMT_DTYPES, prepare: Callable | None = None, options=(),
+                  block_tile: Callable | None = None, barriers_per_phase: int = 2) -> KernelSpec:
+    """``make``/``config`` serve the launch and the analysis tools; ``prepare(a, b, out, tile, opts)
+    -> Choice`` replaces them for the launch where a kernel picks its own code per call (rung 10's
+    autotuner). ``block_tile(tile) -> (BM, BN)``: the P tile a block computes (traffic model)."""
     cached = lru_cache(maxsize=None)(make)
-    MAKERS[name], CONFIGS[name] = cached, config
 
-    def prepare_default(a, b, out, tile, opts):
-        return prepare_launch(cached, config, a, b, out, tile)
+    def launch(a, b, c, *, tile, opts):
+        choice = prepare(a, b, c, tile, opts) if prepare else prepare_launch(cached, config, a, b, c, tile)
+        run_choice(choice, a, b, c)
 
     return register(KernelSpec(
-        name=name, family="simt", summary=summary, dtypes=tuple(dtypes), prepare=prepare or prepare_default,
+        name=name, family="simt", summary=summary, dtypes=tuple(dtypes), launch=launch,
         tiles=tuple(tiles), default_tile=default_tile, emulation_limit=SIMT_EMULATION_LIMIT,
-        order=order, options=tuple(options)))
+        order=order, options=tuple(options), make=cached, launch_config=config,
+        block_tile=block_tile or (lambda tile: (tile, tile)), barriers_per_phase=barriers_per_phase))

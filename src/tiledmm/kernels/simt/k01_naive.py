@@ -58,7 +58,8 @@ def transposed_config(tile: int, J: int, K: int, L: int):
 
 SPEC = register_simt(
     "naive", "lectures' simple kernel: one thread per P element, operands from global memory",
-    make, order=10)
+    make, order=10, block_tile=lambda tile: (1, 1), barriers_per_phase=1)
 SPEC_UNCOALESCED = register_simt(
     "naive-uncoalesced", "naive kernel with threadIdx.x along a column: M reads and P stores uncoalesced",
-    functools.partial(make, coalesced=False), config=transposed_config, order=11)
+    functools.partial(make, coalesced=False), config=transposed_config, order=11,
+    block_tile=lambda tile: (1, 1), barriers_per_phase=1)

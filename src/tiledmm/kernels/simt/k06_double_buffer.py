@@ -76,4 +76,4 @@ def make(tile: int, dtype: str):
 
 SPEC = register_simt("double-buffer", "rung 6: rung 5 with two shared buffers, next tiles prefetched "
                      "into registers during compute", make, order=60, config=config, tiles=(64, 128),
-                     default_tile=128)
+                     default_tile=128, barriers_per_phase=1)

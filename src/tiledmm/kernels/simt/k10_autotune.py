@@ -13,16 +13,19 @@ Rung 9's compiled inner loop is 64 FFMA in 85 instructions (75 %), 124 registers
   128 x 128 block leaves most of 132 SMs idle on a 512 x 512 product), on the dtype
   (float64 needs half the lane tile to stay in registers) and on the compiler, so, as
   Triton's autotuner does, the first call for a dtype and shape class (log2 buckets of
-  J, L, K) times every candidate on the caller's own operands and keeps the fastest.
+  J, L, K) times every candidate on the caller's own operands and keeps the fastest,
+  remembered on disk (``tiledmm.tuning``) so that a new process does not time again.
   ``config=`` forces one (the tests run every candidate that way); in emulation, with
   no clock worth trusting, the first candidate is used.
 """
 from __future__ import annotations
 
+from ... import tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating
 from ...registry import shape_class
-from ._launch import prepare_launch, register_simt
+from ...timing import time_calls
+from ._launch import dtype_name, prepare_launch, register_simt, run_choice
 from .k09_unsigned import Shape, make_shape, shape_config
 
 UNROLL = 4
@@ -56,47 +59,59 @@ CANDIDATES = {
     )),
 }
 ANALYSED = CANDIDATES["float32"][0]   # what `tiledmm occupancy/trace -k autotuned` look at
-CHOSEN: dict[tuple, tuple[Shape, dict[str, float]]] = {}   # (dtype, shape class) -> (best, ms per candidate)
 
 
-def _launch(sh: Shape, a, b, out):
+def _choice(sh: Shape, a, b, out):
     return prepare_launch(lambda tile, dtype: make_tuned(sh, dtype), shape_config(sh), a, b, out, None)
 
 
-def _tune(a, b, out) -> tuple[Shape, dict[str, float]]:
-    """Median of 10 launches per candidate, in two round-robin passes (the better kept), so
-    that a GPU clock still ramping up in the first pass does not decide a small problem."""
-    from ...harness import time_ms
-    launches = {sh.name: _launch(sh, a, b, out) for sh in CANDIDATES[out.dtype]}
-    times: dict[str, float] = {}
-    for _ in range(2):
-        for name, launch in launches.items():
-            t = time_ms([launch], warmup=3, repeats=10)
-            times[name] = min(t, times.get(name, t))
-    best = min(CANDIDATES[out.dtype], key=lambda sh: times[sh.name])
-    return best, times
-
-
 def choose(a, b, out, opts) -> Shape:
+    """The shape to run: ``config=`` if given; else, per dtype and shape class, the fastest
+    candidate timed on the caller's own operands (``tuning.choose``: once per class, remembered
+    on disk); in emulation, or with tuning off, the first candidate."""
     if opts.get("config"):
         try:
             return parse(str(opts["config"]))
         except ValueError as e:
             raise TiledmmError(f"kernel 'autotuned': {e}") from None
-    if emulating():
-        return CANDIDATES[out.dtype][0]
-    key = (out.dtype, shape_class(a.shape[0], b.shape[1], a.shape[1]))
-    if key not in CHOSEN:
-        CHOSEN[key] = _tune(a, b, out)
-    return CHOSEN[key][0]
+    dtype = dtype_name(out)
+    cands = CANDIDATES[dtype]
+    key = tuning.key_of("simt-autotuned", dtype, shape_class(a.shape[0], b.shape[1], a.shape[1]))
+    if key in _chosen:
+        return _chosen[key]
+
+    def timer(sh):
+        def run():
+            scratch = torch_empty_like(out)
+            ch = _choice(sh, a, b, scratch)
+            return time_calls(lambda: run_choice(ch, a, b, scratch), batches=3, warmup=2)
+        return run
+    name = tuning.choose(key, {sh.name: timer(sh) for sh in cands}, cands[0].name, timeable=not capturing())
+    _chosen[key] = parse(name)
+    return _chosen[key]
+
+
+_chosen: dict[str, Shape] = {}
 
 
 def prepare(a, b, out, tile, opts):
-    return _launch(choose(a, b, out, opts), a, b, out)
+    return _choice(choose(a, b, out, opts), a, b, out)
+
+
+def torch_empty_like(t):
+    import torch
+    return torch.empty_like(t)
+
+
+def capturing() -> bool:
+    if emulating():
+        return False
+    import torch
+    return torch.cuda.is_current_stream_capturing()
 
 
 SPEC = register_simt("autotuned", "rung 10: rung 9 unrolled by 4 and capped at 128 registers; block/warp/lane "
                      "tiles chosen by timing per dtype and shape class",
                      lambda tile, dtype: make_tuned(ANALYSED, dtype), order=100,
-                     config=shape_config(ANALYSED),
-                     tiles=(), default_tile=None, prepare=prepare, options=("config",))
+                     config=shape_config(ANALYSED), tiles=(), default_tile=None, prepare=prepare,
+                     options=("config",), block_tile=lambda tile: (ANALYSED.BM, ANALYSED.BN))

@@ -1,0 +1,63 @@
+"""Configurations of the Triton kernels, and a model that picks one without timing.
+
+A config is a plain dict of meta-parameters: BLOCK_M x BLOCK_N output tile per
+program, BLOCK_K phase width, GROUP_M tile-rows per L2 group, ``num_warps`` and
+``num_stages`` (shared-memory pipeline depth). Kinds: ``16bit`` (bf16/fp16 tensor
+cores), ``tf32`` (float32 on the tensor cores), ``ieee`` (exact float32 FMAs).
+"""
+from __future__ import annotations
+
+import math
+
+
+def cfg(bm: int, bn: int, bk: int, g: int, warps: int, stages: int) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g, "num_warps": warps, "num_stages": stages}
+
+
+BLOCKED = {
+    "16bit": [cfg(128, 256, 64, 8, 8, 3), cfg(128, 128, 64, 8, 4, 4), cfg(128, 256, 64, 8, 8, 4),
+              cfg(256, 128, 64, 8, 8, 3), cfg(128, 128, 64, 8, 8, 3), cfg(64, 128, 64, 8, 4, 4),
+              cfg(64, 64, 64, 8, 4, 4), cfg(128, 64, 64, 8, 4, 4)],
+    "tf32": [cfg(128, 256, 32, 8, 8, 3), cfg(128, 128, 32, 8, 4, 4), cfg(128, 128, 32, 8, 8, 3),
+             cfg(128, 128, 64, 8, 8, 3), cfg(256, 128, 32, 8, 8, 4), cfg(128, 256, 32, 8, 8, 4),
+             cfg(256, 128, 32, 8, 8, 3), cfg(64, 128, 32, 8, 4, 4), cfg(128, 64, 32, 8, 4, 4),
+             cfg(64, 64, 32, 8, 4, 4)],
+    "ieee": [cfg(128, 128, 16, 8, 8, 3), cfg(128, 128, 32, 8, 8, 2), cfg(256, 128, 16, 8, 8, 2),   # tl.dot: BLOCK_K >= 16
+             cfg(128, 256, 16, 8, 8, 2), cfg(64, 128, 16, 8, 4, 3), cfg(128, 64, 16, 8, 4, 3),
+             cfg(64, 64, 32, 8, 4, 3)],
+}
+TMA = {
+    "ieee": [cfg(128, 128, 32, 8, 8, 3), cfg(64, 128, 32, 8, 4, 3), cfg(128, 64, 32, 8, 4, 4),
+             cfg(64, 64, 32, 8, 4, 3), cfg(128, 128, 16, 8, 8, 4)],
+    "16bit": [cfg(128, 256, 64, 8, 8, 3), cfg(128, 128, 64, 8, 4, 4), cfg(128, 256, 64, 8, 8, 4),
+              cfg(128, 128, 64, 8, 8, 4), cfg(256, 128, 64, 8, 8, 3)],
+    "tf32": [cfg(128, 256, 32, 8, 8, 3), cfg(128, 128, 32, 8, 4, 4), cfg(128, 128, 32, 8, 8, 4),
+             cfg(256, 128, 32, 8, 8, 3), cfg(128, 256, 32, 8, 8, 4)],
+}
+SPLITK = {"16bit": [cfg(64, 64, 64, 8, 4, 4)], "tf32": [cfg(64, 64, 32, 8, 4, 4)], "ieee": [cfg(64, 64, 32, 8, 4, 4)]}
+EMULATION = cfg(32, 32, 16, 4, 4, 1)   # the interpreter: small tiles, warps and stages ignored
+
+
+def kind_of(precision: str) -> str:
+    return "16bit" if precision == "none" else precision
+
+
+def tiles(M: int, N: int, c: dict, batch: int = 1) -> int:
+    return batch * math.ceil(M / c["BLOCK_M"]) * math.ceil(N / c["BLOCK_N"])
+
+
+def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1, keep: int = 4) -> list[dict]:
+    """The configs worth timing for one shape: rank by a wave model -- the time of
+    ceil(tiles / sms) waves of one tile's work, penalising tiles much larger than the
+    problem -- and keep the best ``keep``. Keeps first-call tuning short."""
+    def cost(c):
+        t = tiles(M, N, c, batch)
+        waves = math.ceil(t / sms)
+        work = c["BLOCK_M"] * c["BLOCK_N"] * max(K, 1)
+        return waves * work, -c["BLOCK_M"] * c["BLOCK_N"]
+    return sorted(configs, key=cost)[:keep]
+
+
+def heuristic(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1) -> dict:
+    """One config without timing: the wave model's first choice."""
+    return prune(configs, M, N, K, sms, batch, keep=1)[0]

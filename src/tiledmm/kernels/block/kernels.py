@@ -1,0 +1,136 @@
+"""The Triton kernels: the lectures' tiling one level up.
+
+Each *program* (a thread block) computes a BLOCK_M x BLOCK_N tile of P, walking
+K in BLOCK_K-wide phases exactly as the lectures' kernel walks TILE_WIDTH-wide
+phases. The loads are masked with ``other=0`` -- the slides' "write 0 for missing
+elements" -- and the store is masked -- their "threads outside P store nothing".
+What Triton adds: the tile product ``tl.dot`` runs on the tensor cores (wgmma on
+Hopper) or as FMAs for exact float32, loads are software-pipelined over
+``num_stages`` shared-memory buffers, and programs are visited in groups of
+GROUP_M tile-rows so neighbouring programs share A and B tiles in L2.
+
+Precisions (float32 inputs): ``ieee`` -- exact IEEE float32 products, no
+tensor cores; ``tf32`` -- tensor cores with 10-bit mantissa products.
+bfloat16 / float16 inputs always use the tensor cores. All accumulate in fp32.
+
+Kernels only: configurations are in ``configs.py``, one launch function per
+variant in ``variants.py``, the choice among them in ``matmul.py``.
+"""
+from __future__ import annotations
+
+from ..._backend import mode
+
+mode()  # decide GPU or emulation (TRITON_INTERPRET) before triton is imported
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit
+def _tile_id(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Grouped ordering: GROUP_M tile-rows are swept column by column, so the
+    programs resident at one time reuse the same A rows and B columns from L2."""
+    num_pid_m = (M + BLOCK_M - 1) // BLOCK_M
+    num_pid_n = (N + BLOCK_N - 1) // BLOCK_N
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                  stride_ab, stride_am, stride_ak,
+                  stride_bb, stride_bk, stride_bn,
+                  stride_cb, stride_cm, stride_cn,
+                  alpha, beta,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
+                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False,
+                  K_PER_SPLIT=None, stride_cs=0):
+    pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    batch = tl.program_id(1).to(tl.int64)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
+    # split-K: program (.., .., s) sums the K range [s*K_PER_SPLIT, (s+1)*K_PER_SPLIT) into its own
+    # fp32 slice of a workspace, added up afterwards. Without split-K, K_PER_SPLIT = K and s = 0.
+    # (k_len is a new name: Triton may have specialised K to the constant 1.)
+    split = tl.program_id(2)
+    k0 = split * K_PER_SPLIT
+    a_ptr += k0.to(tl.int64) * stride_ak
+    b_ptr += k0.to(tl.int64) * stride_bk
+    c_ptr += split.to(tl.int64) * stride_cs
+    k_len = tl.minimum(K - k0, K_PER_SPLIT)
+
+    # Row and Col of the lectures' kernel, now vectors of BLOCK_M rows / BLOCK_N columns
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_tile = a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
+    b_tile = b_ptr + ks[:, None] * stride_bk + cols[None, :].to(tl.int64) * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for phase in range(0, tl.cdiv(k_len, BLOCK_K)):
+        k_left = k_len - phase * BLOCK_K
+        # the M test and the N test differ, as the slides stress: rows/k for A, k/cols for B
+        a = tl.load(a_tile, mask=(rows[:, None] < M) & (ks[None, :] < k_left), other=0.0)
+        b = tl.load(b_tile, mask=(ks[:, None] < k_left) & (cols[None, :] < N), other=0.0)
+        if UPCAST:  # emulation only: the Triton interpreter's bf16 tl.dot returns garbage (triton 3.9)
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        if PRECISION == "none":
+            acc = tl.dot(a, b, acc)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_tile += BLOCK_K * stride_ak
+        b_tile += BLOCK_K * stride_bk
+
+    # the GEMM epilogue: C = alpha * acc + beta * C; with beta == 0, C is never read (NaN in it cannot leak)
+    if not ALPHA_ONE:
+        acc = acc * alpha
+    c_tile = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
+    inside = (rows[:, None] < M) & (cols[None, :] < N)
+    if HAS_BETA:
+        acc += beta * tl.load(c_tile, mask=inside, other=0.0).to(tl.float32)
+    tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_bn, stride_cm,
+                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                                 GROUP_M: tl.constexpr, PRECISION: tl.constexpr, B_KMAJOR: tl.constexpr,
+                                 NUM_SMS: tl.constexpr):
+    """Hopper's own path: one program per SM walks tiles (persistent), and the tiles
+    arrive through the tensor memory accelerator (TMA) into shared memory. The TMA
+    zero-fills reads outside the matrix and clips writes -- the lectures' two
+    boundary rules, done by the copy engine. Needs 16-byte-aligned row strides."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_KMAJOR:   # B stored K-contiguous (column-major): describe B^T, N x K
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    num_tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = _tile_id(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for phase in range((K + BLOCK_K - 1) // BLOCK_K):
+            a = a_desc.load([off_m, phase * BLOCK_K])
+            if B_KMAJOR:
+                b = b_desc.load([off_n, phase * BLOCK_K]).T
+            else:
+                b = b_desc.load([phase * BLOCK_K, off_n])
+            if PRECISION == "none":
+                acc = tl.dot(a, b, acc)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
+
+

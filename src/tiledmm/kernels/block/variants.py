@@ -1,0 +1,197 @@
+"""One launch function per variant of the Triton GEMM (the tutorials' way).
+
+Every variant has the same interface, so ``matmul.py`` can choose among them (and
+among their configs) per shape class, and new variants plug in by being listed:
+
+    applicable(a, b, c, precision, alpha, beta) -> bool
+    configs(kind) -> list[dict]                  candidate configs (``configs.py``)
+    launch(a, b, c, *, precision, alpha, beta, config) -> None
+        enqueue c = alpha * a @ b + beta * c on torch's current stream: no host sync,
+        no allocation but torch's (so a CUDA graph can capture it)
+
+a (M, K) or (B, M, K); b (K, N) or (B, K, N) (batch 1 broadcasts); c (M, N) or (B, M, N):
+torch tensors on the kernels' device with any strides (``tma`` takes fewer, see ``applicable``).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+from ... import epilogue
+from ..._backend import emulating
+from . import configs as C
+from .fastlaunch import FastKernel
+from .kernels import matmul_kernel, matmul_tma_persistent_kernel, triton
+
+MAX_GRID_YZ = 65535   # CUDA's limit on gridDim.y and gridDim.z
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    applicable: Callable[..., bool]
+    configs: Callable[[str], list]
+    launch: Callable[..., None]
+
+
+@functools.lru_cache(maxsize=None)
+def _fast(kernel, config: tuple, flags: tuple) -> FastKernel:
+    cfg = dict(config)
+    warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
+    return FastKernel(kernel, {**cfg, **dict(flags)}, warps, stages)
+
+
+def _dims(a, b):
+    """(batch, M, K, N) and the batch strides (0 for a broadcast or 2-D operand)."""
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else 1)
+    sa = a.stride(0) if a.dim() == 3 and a.shape[0] > 1 else 0
+    sb = b.stride(0) if b.dim() == 3 and b.shape[0] > 1 else 0
+    return batch, M, K, N, sa, sb
+
+
+def _upcast(a) -> bool:   # emulation only: the interpreter's bf16 tl.dot returns garbage (triton 3.9)
+    return emulating() and str(a.dtype) == "torch.bfloat16"
+
+
+# -- blocked: masked tiles, any strides, batch on grid axis 1 ------------------------------------
+
+def _blocked_launch(a, b, c, *, precision, alpha, beta, config, ws=None, splits=1, k_per=None):
+    batch, M, K, N, sa, sb = _dims(a, b)
+    flags = (("PRECISION", precision), ("HAS_BETA", beta != 0.0), ("ALPHA_ONE", alpha == 1.0),
+             ("UPCAST", _upcast(a)))
+    fk = _fast(matmul_kernel, tuple(config.items()), flags)
+    tiles = triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])
+    out = ws if ws is not None else c
+    so = out.stride(-3) if out.dim() >= 3 else 0
+    scs = ws.stride(0) if ws is not None else 0
+    for b0 in range(0, batch, MAX_GRID_YZ):    # gridDim.y is at most 65535: more batches, more launches
+        nb = min(MAX_GRID_YZ, batch - b0)
+        fk((tiles, nb, splits), a if b0 == 0 or not sa else a[b0:], b if b0 == 0 or not sb else b[b0:],
+           out if b0 == 0 else out[..., b0:, :, :], M, N, K, sa, a.stride(-2), a.stride(-1),
+           sb, b.stride(-2), b.stride(-1), so, out.stride(-2), out.stride(-1),
+           float(alpha), float(beta), K if k_per is None else k_per, scs)
+
+
+BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch)
+
+
+# -- split-K: few output tiles and a long K ------------------------------------------------------
+
+def splitk_applicable(a, b, c, precision, alpha, beta) -> bool:
+    batch, M, K, N, _, _ = _dims(a, b)
+    return K >= 1024 and batch * triton.cdiv(M, 128) * triton.cdiv(N, 128) < num_sms()
+
+
+def _splitk_launch(a, b, c, *, precision, alpha, beta, config):
+    """Cut K into S slices so that S times more programs run; each writes a float32
+    partial tile into a workspace, and the partials are summed and finished by the
+    shared epilogue."""
+    import torch
+    batch, M, K, N, _, _ = _dims(a, b)
+    tiles = batch * triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])
+    bk = config["BLOCK_K"]
+    splits = max(1, min(triton.cdiv(2 * num_sms(), tiles), triton.cdiv(K, 4 * bk), MAX_GRID_YZ))
+    k_per = triton.cdiv(triton.cdiv(K, splits), bk) * bk
+    splits = triton.cdiv(K, k_per)
+    ws = torch.empty((splits, batch, M, N), device=c.device, dtype=torch.float32)
+    _blocked_launch(a, b, c, precision=precision, alpha=1.0, beta=0.0, config=config, ws=ws, splits=splits,
+                    k_per=k_per)
+    total = ws.sum(0)
+    epilogue.apply(c, total if c.dim() == 3 else total[0], alpha, beta)
+
+
+SPLITK = Variant("splitk", splitk_applicable, lambda kind: C.SPLITK[kind], _splitk_launch)
+
+
+# -- TMA, persistent (Hopper) ---------------------------------------------------------------------
+
+def tma_applicable(a, b, c, precision, alpha, beta) -> bool:
+    """A Hopper GPU, 2-D, plain C = A @ B, unit inner strides and 16-byte aligned row
+    strides and bases (the copy engine's rules); tf32 also needs B K-major (wgmma)."""
+    if emulating() or a.dim() != 2 or b.dim() != 2 or alpha != 1.0 or beta != 0.0 or capability()[0] < 9:
+        return False
+    esize = a.element_size()
+    b_lead = b.stride(0) if b.stride(1) == 1 else (b.stride(1) if b.stride(0) == 1 else None)
+    if a.stride(1) != 1 or c.stride(1) != 1 or b_lead is None or min(a.shape + b.shape) == 0:
+        return False
+    if precision == "tf32" and b.stride(0) != 1:
+        return False
+    return all((x * esize) % 16 == 0 for x in (a.stride(0), b_lead, c.stride(0))) and \
+        all(t.data_ptr() % 16 == 0 for t in (a, b, c))
+
+
+def _tma_launch(a, b, c, *, precision, alpha, beta, config):
+    ensure_allocator()
+    M, K = a.shape
+    N = b.shape[-1]
+    kmajor = b.stride(0) == 1 and b.stride(1) != 1
+    sms = num_sms()
+    fk = _fast(matmul_tma_persistent_kernel, tuple(config.items()),
+               (("PRECISION", precision), ("B_KMAJOR", kmajor), ("NUM_SMS", sms)))
+    grid = (min(sms, triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])),)
+    fk(grid, a, b, c, M, N, K, a.stride(0), b.stride(0), b.stride(1), c.stride(0))
+
+
+TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch)
+
+
+# -- tf32 with K-major operands ------------------------------------------------------------------
+
+def _k_major(t, k_dim: int):
+    """A copy whose K dimension is the contiguous one (wgmma reads 32-bit operands
+    K-major only: tf32 with a row-major B falls off the wgmma path)."""
+    return t.contiguous() if k_dim == -1 else t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def with_kmajor(v: Variant) -> Variant:
+    """``v`` run on K-major copies of A and B (made inside the call, so their cost counts)."""
+    def operands(a, b):
+        return (a if a.stride(-1) == 1 else _k_major(a, -1)), (b if b.stride(-2) == 1 else _k_major(b, -2))
+
+    def applicable(a, b, c, precision, alpha, beta):
+        if precision != "tf32" or emulating() or (a.stride(-1) == 1 and b.stride(-2) == 1):
+            return False
+        if v is TMA:   # judge alignment on what the kernel will read: a K-major B of this shape
+            return a.dim() == 2 and b.dim() == 2 and alpha == 1.0 and beta == 0.0 and capability()[0] >= 9 \
+                and (a.shape[1] * 4) % 16 == 0 and c.stride(1) == 1 and (c.stride(0) * 4) % 16 == 0
+        return v.applicable(a, b, c, precision, alpha, beta)
+
+    def launch(a, b, c, *, precision, alpha, beta, config):
+        ka, kb = operands(a, b)
+        v.launch(ka, kb, c, precision=precision, alpha=alpha, beta=beta, config=config)
+
+    return Variant(v.name + "-kmajor", applicable, v.configs, launch)
+
+
+ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK]
+BY_NAME = {v.name: v for v in ALL}
+
+
+# -- the device ------------------------------------------------------------------------------
+
+_allocator_set = False
+
+
+def ensure_allocator() -> None:
+    """Device-side TMA descriptors need a little global scratch memory from the caller."""
+    global _allocator_set
+    if not _allocator_set:
+        import torch
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
+        _allocator_set = True
+
+
+@functools.lru_cache(maxsize=None)
+def num_sms() -> int:
+    if emulating():
+        return 4   # the interpreter stands in for a small GPU
+    import torch
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def capability() -> tuple:
+    import torch
+    return torch.cuda.get_device_capability()

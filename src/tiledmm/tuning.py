@@ -1,0 +1,161 @@
+"""Tuned choices, made once and remembered -- in this process and on disk.
+
+Every autotuner in tiledmm (the Triton variant and config per shape class, the SIMT
+rung-10 tile shapes) goes through ``choose``: the first call for a key times each
+candidate with ``timing.time_calls`` and keeps the fastest; later calls, in this
+process or a new one, read the choice back. Choices are stored as JSON in the
+user's cache folder (``$TILEDMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/tiledmm``, else
+``~/.cache/tiledmm``), one file per GPU model and library versions, so a driver or
+Triton upgrade tunes afresh.
+
+``TILEDMM_TUNE=off`` (or ``tiledmm.tuning.set_mode("off")``) never times anything:
+each tuner's model picks instead (for latency-sensitive programs, and inside CUDA
+graph capture, where timing is impossible). First-call tuning holds a lock, so
+concurrent threads tune a key once; the steady state takes no lock.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Callable, Hashable
+
+from . import _backend
+
+_lock = threading.RLock()
+_memory: dict[str, object] = {}
+_disk: dict[str, object] | None = None
+_mode: str | None = None
+
+
+def mode() -> str:
+    """"on" (time candidates on first use) or "off" (the model's pick)."""
+    global _mode
+    if _mode is None:
+        _mode = "off" if os.environ.get("TILEDMM_TUNE", "").lower() in ("0", "off", "false", "no") else "on"
+    return _mode
+
+
+def set_mode(value: str) -> None:
+    global _mode
+    if value not in ("on", "off"):
+        raise ValueError(f"tuning mode is 'on' or 'off', not {value!r}")
+    _mode = value
+
+
+def cache_dir() -> Path:
+    d = os.environ.get("TILEDMM_CACHE_DIR")
+    if d:
+        return Path(d)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "tiledmm"
+
+
+def _identity() -> str:
+    """GPU model and library versions: a choice is valid only where it was measured."""
+    from importlib import metadata
+    parts = []
+    if _backend.emulating():
+        parts.append("emulation")
+    else:
+        import torch
+        parts.append(torch.cuda.get_device_name(torch.cuda.current_device()))
+        parts.append(f"cuda{torch.version.cuda}")
+    for pkg in ("tiledmm", "triton", "numba-cuda", "torch"):
+        try:
+            parts.append(f"{pkg}{metadata.version(pkg)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{pkg}-none")
+    return "-".join("".join(ch if ch.isalnum() or ch in ".+" else "_" for ch in p) for p in parts)
+
+
+def store_path() -> Path:
+    return cache_dir() / f"tuning-{_identity()}.json"
+
+
+def _load() -> dict:
+    global _disk
+    if _disk is None:
+        try:
+            _disk = json.loads(store_path().read_text())
+        except (OSError, ValueError):
+            _disk = {}
+    return _disk
+
+
+def _save(key: str, value) -> None:
+    """Merge one choice into the file (atomic rename; another process's choices are kept)."""
+    path = store_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            on_disk = json.loads(path.read_text())
+        except (OSError, ValueError):
+            on_disk = {}
+        on_disk[key] = value
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(on_disk, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass   # a read-only home: the choice still lives in this process
+
+
+def key_of(*parts: Hashable) -> str:
+    return "|".join(str(p) for p in parts)
+
+
+def lookup(key: str):
+    """A remembered choice (this process, else the file), or None."""
+    v = _memory.get(key)
+    if v is None:
+        v = _load().get(key)
+        if v is not None:
+            _memory[key] = v
+    return v
+
+
+def choose(key: str, candidates: dict[str, Callable[[], float]], model_pick: str, *,
+           timeable: bool = True) -> str:
+    """The name of the fastest candidate for ``key``.
+
+    candidates: name -> a function returning that candidate's time in ms (it runs it).
+    model_pick: the name to use without timing (tuning off, or ``timeable`` False,
+        e.g. during CUDA-graph capture; such picks are not remembered on disk).
+    """
+    v = _memory.get(key)
+    if v is not None and v in candidates:
+        return v
+    with _lock:
+        v = lookup(key)
+        if v is not None and v in candidates:
+            return v
+        if mode() == "off" or not timeable or len(candidates) == 1 or _backend.emulating():
+            return model_pick
+        times = {}
+        for name, run in candidates.items():
+            try:
+                times[name] = run()
+            except Exception:   # noqa: BLE001  a config that does not compile or run here is no candidate
+                continue
+        if not times:
+            return model_pick
+        best = min(times, key=times.get)
+        _memory[key] = best
+        _save(key, best)
+        return best
+
+
+def remembered() -> dict:
+    """Every choice known to this process (for reports)."""
+    out = dict(_load())
+    out.update(_memory)
+    return out
+
+
+def forget() -> None:
+    """Drop the in-process memory (tests; the file is left alone)."""
+    global _disk
+    with _lock:
+        _memory.clear()
+        _disk = None
