@@ -1,0 +1,201 @@
+"""Variant 'splitk': small-M and skinny shapes, where output tiles are too few to fill the GPU.
+
+C = alpha * A @ B + beta * C with few output tiles (M in 1..256 against N, K in the
+thousands) leaves most of the 132 SMs idle in a tile-per-program kernel. Here each output
+tile's K range is cut into S slices, S chosen so that tiles x S is about WAVES programs per SM;
+each program sums its slice in fp32 into a workspace (S, batch, M, N), and a second small
+kernel adds the S partials in a fixed order (deterministic), applies alpha and beta and casts.
+With S = 1 the first kernel writes C directly (alpha/beta fused): a plain small-tile kernel.
+
+M <= 16 (GEMV-like, memory-bound: the whole B is read once, ~K*N*esize bytes against HBM's
+~3 TB/s) uses BLOCK_M = 16 tiles: tl.dot then runs on mma.sync with most rows masked, which
+costs nothing next to the B stream.
+
+Plain pointer loads (masked, zero-filled), so any strides, 3-D batches (B may be broadcast)
+and Triton's CPU interpreter all work.
+"""
+from __future__ import annotations
+
+from . import _vcommon as V
+from ._vcommon import cfg, kind_of, num_sms, tl_precision
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+NAME = "splitk"
+
+
+@triton.jit
+def splitk_kernel(a_ptr, b_ptr, o_ptr, M, N, K, K_PER_SPLIT,
+                  s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_os, s_ob, s_om, s_on,
+                  alpha, beta,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, PRECISION: tl.constexpr, PARTIAL: tl.constexpr,
+                  HAS_BETA: tl.constexpr, ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr):
+    """Program (tile, batch, split): sums A[rows, ks] @ B[ks, cols] over its K slice.
+    PARTIAL: store the fp32 sum into the workspace slice ``split``; else finish C here."""
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * num_pid_n
+    first_m = (pid // per_group) * GROUP_M
+    rows_in_group = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows_in_group
+    pid_n = (pid % per_group) // rows_in_group
+    batch = tl.program_id(1).to(tl.int64)
+    split = tl.program_id(2)
+    k0 = split * K_PER_SPLIT
+    k_len = tl.minimum(K - k0, K_PER_SPLIT)   # a new name: Triton may have made K the constant 1
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_tile = a_ptr + batch * s_ab + k0.to(tl.int64) * s_ak + rows[:, None].to(tl.int64) * s_am + ks[None, :] * s_ak
+    b_tile = b_ptr + batch * s_bb + k0.to(tl.int64) * s_bk + ks[:, None].to(tl.int64) * s_bk + cols[None, :] * s_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for phase in range(0, tl.cdiv(k_len, BLOCK_K)):
+        k_left = k_len - phase * BLOCK_K
+        a = tl.load(a_tile, mask=(rows[:, None] < M) & (ks[None, :] < k_left), other=0.0)
+        b = tl.load(b_tile, mask=(ks[:, None] < k_left) & (cols[None, :] < N), other=0.0)
+        if UPCAST:   # the interpreter's bf16 tl.dot is wrong (triton 3.9): emulation only
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        if PRECISION == "none":
+            acc = tl.dot(a, b, acc)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_tile += BLOCK_K * s_ak
+        b_tile += BLOCK_K * s_bk
+
+    o_tile = o_ptr + batch * s_ob + split.to(tl.int64) * s_os + rows[:, None].to(tl.int64) * s_om + cols[None, :] * s_on
+    inside = (rows[:, None] < M) & (cols[None, :] < N)
+    if PARTIAL:
+        tl.store(o_tile, acc, mask=inside)
+    else:
+        if not ALPHA_ONE:
+            acc = acc * alpha
+        if HAS_BETA:
+            acc += beta * tl.load(o_tile, mask=inside, other=0.0).to(tl.float32)
+        tl.store(o_tile, acc.to(o_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def splitk_reduce_kernel(ws_ptr, c_ptr, MN, N, S, s_ws, s_wb, s_cb, s_cm, s_cn, alpha, beta,
+                         BLOCK: tl.constexpr, HAS_BETA: tl.constexpr, ALPHA_ONE: tl.constexpr):
+    """C[b] = alpha * sum_s ws[s, b] + beta * C[b], the S partials added in order s = 0, 1, ..."""
+    batch = tl.program_id(1).to(tl.int64)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    src = ws_ptr + batch * s_wb + offs
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in range(S):
+        acc += tl.load(src + s * s_ws, mask=mask, other=0.0)
+    if not ALPHA_ONE:
+        acc = acc * alpha
+    m = offs // N
+    n = offs % N
+    dst = c_ptr + batch * s_cb + m * s_cm + n * s_cn
+    if HAS_BETA:
+        acc += beta * tl.load(dst, mask=mask, other=0.0).to(tl.float32)
+    tl.store(dst, acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def _c(bm, bn, bk, warps, stages, waves=2, group=8):
+    return cfg(bm, bn, bk, warps, stages, GROUP_M=group, WAVES=waves)
+
+
+CONFIGS = {
+    "16bit": [_c(16, 128, 128, 4, 4), _c(16, 256, 64, 4, 4), _c(32, 128, 128, 4, 4), _c(64, 128, 64, 4, 4),
+              _c(128, 128, 64, 8, 3), _c(64, 256, 64, 8, 3), _c(128, 256, 64, 8, 3), _c(16, 64, 256, 4, 3, waves=4)],
+    "tf32": [_c(16, 128, 64, 4, 4), _c(16, 256, 32, 4, 4), _c(32, 128, 64, 4, 4), _c(64, 128, 32, 4, 4),
+             _c(128, 128, 32, 8, 3), _c(64, 256, 32, 8, 3), _c(128, 256, 32, 8, 3), _c(16, 64, 128, 4, 3, waves=4)],
+    "ieee": [_c(16, 128, 32, 4, 3), _c(32, 128, 32, 4, 3), _c(64, 64, 32, 4, 3), _c(128, 128, 16, 8, 3),
+             _c(64, 128, 32, 4, 3)],
+}
+
+
+def heuristic(M: int, N: int, K: int, kind: str) -> dict:
+    """BLOCK_M just above M (16, 32, 64, 128); two waves of programs through the split."""
+    table = CONFIGS[kind]
+    if kind == "ieee":
+        return dict(table[0] if M <= 16 else table[1] if M <= 32 else table[2] if M <= 64 else table[3])
+    if M <= 16:
+        return dict(table[0])
+    if M <= 32:
+        return dict(table[2])
+    if M <= 64:
+        return dict(table[3])
+    return dict(table[4])
+
+
+def splits_for(M: int, N: int, K: int, batch: int, meta: dict) -> tuple[int, int]:
+    """(S, K per split): tiles x S ~ WAVES programs per SM, each slice at least 4 K-blocks,
+    K per split a multiple of BLOCK_K. Forced with meta['SPLIT_K'] when given."""
+    bk = meta["BLOCK_K"]
+    tiles = batch * triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+    want = meta.get("SPLIT_K") or triton.cdiv(meta.get("WAVES", 2) * num_sms(), tiles)
+    s = max(1, min(want, triton.cdiv(K, 4 * bk) if not meta.get("SPLIT_K") else triton.cdiv(K, bk)))
+    k_per = triton.cdiv(triton.cdiv(max(K, 1), s), bk) * bk
+    return triton.cdiv(max(K, 1), k_per), k_per
+
+
+_last: dict = {}   # the last CompiledKernel of the main kernel, for reports
+_main = V.Launcher(splitk_kernel)
+_reduce = V.Launcher(splitk_reduce_kernel)
+
+
+def _rest(flags: dict) -> dict:
+    return {k: flags[k] for k in ("HAS_BETA", "ALPHA_ONE", "UPCAST")}
+
+
+def applicable(a, b, c, precision, alpha=1.0, beta=0.0) -> bool:
+    """Any strides, 2-D or 3-D (B 2-D is broadcast over the batch), float inputs of one dtype.
+    Worth it for few output tiles; the dispatcher decides that by timing or heuristics."""
+    if a.dim() not in (2, 3) or b.dim() not in (2, 3) or c.dim() != a.dim():
+        return False
+    if 0 in a.shape or 0 in b.shape:
+        return False
+    if b.dim() == 3 and a.dim() == 2:
+        return False
+    if a.dtype != b.dtype or c.dtype != a.dtype:
+        return False
+    if str(a.dtype) not in ("torch.float16", "torch.bfloat16", "torch.float32"):
+        return False
+    if (str(a.dtype) == "torch.float32") == (kind_of(precision) == "16bit"):
+        return False
+    return V.emulating() or (a.is_cuda and b.is_cuda and c.is_cuda)
+
+
+def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
+    import torch
+    a3 = a if a.dim() == 3 else a.unsqueeze(0)
+    c3 = c if c.dim() == 3 else c.unsqueeze(0)
+    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    B, M, K = a3.shape
+    N = b3.shape[-1]
+    kind = kind_of(precision)
+    meta, warps, stages = V.split_meta(config or heuristic(M, N, K, kind))
+    S, k_per = splits_for(M, N, K, B, meta)
+    kmeta = {k: meta[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
+    s_bb = b3.stride(0) if b3.shape[0] > 1 else 0
+    flags = dict(PRECISION=tl_precision(precision), HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0,
+                 UPCAST=V.emulating() and a.dtype == torch.bfloat16)
+    grid = (triton.cdiv(M, kmeta["BLOCK_M"]) * triton.cdiv(N, kmeta["BLOCK_N"]), B, S)
+    if S == 1:
+        _last["kernel"] = _main(grid, (a3, b3, c3, M, N, K, k_per, a3.stride(0), a3.stride(1), a3.stride(2),
+                                       s_bb, b3.stride(1), b3.stride(2), 0, c3.stride(0), c3.stride(1), c3.stride(2),
+                                       float(alpha), float(beta)), {**kmeta, "PRECISION": flags["PRECISION"],
+                                       "PARTIAL": False, **_rest(flags)}, warps, stages)
+    else:
+        ws = torch.empty((S, B, M, N), device=c.device, dtype=torch.float32)
+        _last["kernel"] = _main(grid, (a3, b3, ws, M, N, K, k_per, a3.stride(0), a3.stride(1), a3.stride(2),
+                                       s_bb, b3.stride(1), b3.stride(2), ws.stride(0), ws.stride(1), ws.stride(2),
+                                       ws.stride(3), 1.0, 0.0), {**kmeta, "PRECISION": flags["PRECISION"],
+                                       "PARTIAL": True, **_rest(dict(flags, HAS_BETA=False, ALPHA_ONE=True))},
+                                warps, stages)
+        block = 1024 if not V.emulating() else 64
+        rgrid = (triton.cdiv(M * N, block), B)
+        _reduce(rgrid, (ws, c3, M * N, N, S, ws.stride(0), ws.stride(1), c3.stride(0), c3.stride(1), c3.stride(2),
+                        float(alpha), float(beta)), {"BLOCK": block, "HAS_BETA": beta != 0.0, "ALPHA_ONE": alpha == 1.0},
+                4, 1)
+    V.mark_written(c)
