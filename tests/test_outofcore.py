@@ -1,0 +1,169 @@
+"""Out-of-core GEMM: the blocking, staging and write-back, on the CPU standing in for the GPU
+(forced tiny device budgets), and the same on a GPU when one is present."""
+import numpy as np
+import pytest
+import torch
+
+import tiledmm
+from tiledmm.outofcore import matmul_out_of_core, plan_out_of_core, tiledmm_gemm, torch_gemm
+
+from .conftest import GPU
+
+
+def _case(m, k, n, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(dtype)
+    b = torch.randn(k, n, generator=g).to(dtype)
+    c = torch.randn(m, n, generator=g).to(dtype)
+    return a, b, c
+
+
+def _rel(c, ref):
+    return ((c.double() - ref).norm() / ref.norm()).item()
+
+
+def _tol(dtype):
+    return {torch.float32: 1e-6, torch.float64: 1e-12, torch.bfloat16: 1e-2, torch.float16: 2e-3}[dtype]
+
+
+@pytest.mark.parametrize("m,k,n,budget", [(37, 29, 23, 4096), (64, 50, 70, 8192), (5, 300, 6, 600),
+                                          (100, 8, 3, 1 << 20), (1, 1, 1, 64), (19, 1, 33, 1024)])
+def test_blocks_non_divisible(m, k, n, budget):
+    a, b, _ = _case(m, k, n)
+    c = torch.full((m, n), float("nan"))
+    st = {}
+    matmul_out_of_core(a, b, c, max_device_bytes=budget, gemm=torch_gemm, stats=st, piece_bytes=256)
+    assert _rel(c, a.double() @ b.double()) < _tol(torch.float32)
+    assert st["plan"]["device_bytes"] <= budget
+    assert st["gemm_calls"] == st["plan"]["steps"] >= 1
+
+
+def test_tiny_budget_really_splits_every_dimension():
+    a, b, _ = _case(40, 48, 44)
+    plan = plan_out_of_core(40, 44, 48, torch.float32, max_device_bytes=4096)
+    assert plan.n_i * plan.n_j > 1 and plan.device_bytes <= 4096
+    st = {}
+    c = torch.empty(40, 44)
+    matmul_out_of_core(a, b, c, max_device_bytes=4096, gemm=torch_gemm, stats=st, piece_bytes=64)
+    assert _rel(c, a.double() @ b.double()) < 1e-6
+    # every C element came back once; A and B crossed at least once
+    assert st["bytes"]["d2h"] == 40 * 44 * 4
+    assert st["bytes"]["h2d"] >= (40 * 48 + 48 * 44) * 4
+    assert st["bytes"]["h2d"] == st["plan"]["h2d_bytes"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "sliced"])
+def test_alpha_beta_and_strided_output(dtype, layout):
+    m, k, n = 21, 34, 27
+    a, b, c0 = _case(m, k, n, dtype, seed=1)
+    if layout == "transposed":
+        c = c0.t().contiguous().t()                   # column-major c
+    elif layout == "sliced":
+        big = torch.zeros(m + 3, 2 * n, dtype=dtype)
+        c = big[2:2 + m, 1::2]                         # neither stride is 1
+        c.copy_(c0)
+    else:
+        c = c0.clone()
+    ref = 1.5 * (a.double() @ b.double()) - 0.75 * c0.double()
+    matmul_out_of_core(a, b, c, alpha=1.5, beta=-0.75, max_device_bytes=3000, gemm=torch_gemm, piece_bytes=100)
+    assert _rel(c, ref) < _tol(dtype) * (3 if dtype == torch.bfloat16 else 1)
+    if layout == "sliced":                             # nothing outside the view touched
+        assert big[:2].abs().sum() == 0 and big[2:, 0::2].abs().sum() == 0
+
+
+def test_transposed_inputs_and_both_orientations():
+    a, b, _ = _case(12, 30, 50)
+    at, bt = a.t().contiguous().t(), b.t().contiguous().t()
+    for budget in (1500, 2500, 10_000):
+        c = torch.empty(12, 50)
+        matmul_out_of_core(at, bt, c, max_device_bytes=budget, gemm=torch_gemm, piece_bytes=128)
+        assert _rel(c, a.double() @ b.double()) < 1e-6
+    wide = plan_out_of_core(8, 4000, 40, torch.float32, max_device_bytes=40_000)
+    tall = plan_out_of_core(4000, 8, 40, torch.float32, max_device_bytes=40_000)
+    assert wide.transposed != tall.transposed          # the big operand is the one kept and streamed once
+
+
+def test_bfloat16_wide_accumulator_through_tiledmm_kernel():
+    m, k, n = 24, 96, 20
+    a, b, c0 = _case(m, k, n, torch.bfloat16, seed=2)
+    ref = a.double() @ b.double() + c0.double()
+    c = c0.clone()
+    st = {}
+    matmul_out_of_core(a, b, c, beta=1.0, max_device_bytes=3000, acc_dtype=torch.float32,
+                       gemm=tiledmm_gemm("triton"), stats=st)
+    assert st["plan"]["n_k"] > 1                       # K was split: partial sums stayed float32
+    assert _rel(c, ref) < 6e-3
+
+
+def test_default_gemm_is_tiledmm():
+    a, b, _ = _case(9, 14, 11)
+    c = torch.empty(9, 11)
+    matmul_out_of_core(a, b, c, max_device_bytes=800)  # gemm=None: tiledmm's default kernel
+    assert _rel(c, a.double() @ b.double()) < 1e-6
+
+
+def test_progress_and_stats():
+    a, b, _ = _case(30, 30, 30)
+    seen = []
+    st = {}
+    c = torch.empty(30, 30)
+    matmul_out_of_core(a, b, c, max_device_bytes=2000, gemm=torch_gemm, stats=st, piece_bytes=200,
+                       progress=lambda d, t: seen.append((d, t)))
+    total = st["gemm_calls"]
+    assert seen and seen[-1] == (total, total) and all(d <= t for d, t in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+    for key in ("copy_in_ms", "compute_ms", "copy_out_ms", "compute_idle_ms", "timeline", "plan_text"):
+        assert key in st
+    assert {s for s, *_ in st["timeline"]} == {"copy_in", "compute", "copy_out"}
+
+
+def test_numpy_views_and_empty_and_k_zero():
+    rng = np.random.default_rng(3)
+    an, bn = rng.standard_normal((13, 17)).astype(np.float32), rng.standard_normal((17, 6)).astype(np.float32)
+    cn = np.full((13, 6), np.nan, np.float32)
+    matmul_out_of_core(torch.from_numpy(an), torch.from_numpy(bn), torch.from_numpy(cn), max_device_bytes=700,
+                       gemm=torch_gemm)
+    np.testing.assert_allclose(cn, an.astype(np.float64) @ bn, rtol=1e-5, atol=1e-5)
+    c = torch.ones(4, 5)
+    matmul_out_of_core(torch.empty(4, 0), torch.empty(0, 5), c, beta=2.0, gemm=torch_gemm)
+    assert torch.equal(c, torch.full((4, 5), 2.0))
+    matmul_out_of_core(torch.empty(0, 3), torch.empty(3, 5), torch.empty(0, 5), gemm=torch_gemm)
+
+
+def test_bad_input_and_too_small_budget():
+    a, b, c = _case(4, 5, 6)
+    with pytest.raises(tiledmm.TiledmmError, match="at least"):
+        matmul_out_of_core(a, b, c, max_device_bytes=8, gemm=torch_gemm)
+    with pytest.raises(tiledmm.TiledmmError, match="do not chain"):
+        matmul_out_of_core(a, b.t(), c, gemm=torch_gemm)
+    with pytest.raises(tiledmm.TiledmmError, match="same dtype"):
+        matmul_out_of_core(a, b.double(), c, gemm=torch_gemm)
+    with pytest.raises(tiledmm.TiledmmError, match="CPU torch tensor"):
+        matmul_out_of_core(a.numpy(), b, c, gemm=torch_gemm)
+
+
+def test_gemm_error_propagates_and_threads_end():
+    a, b, c = _case(20, 20, 20)
+
+    def bad(*args):
+        raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        matmul_out_of_core(a, b, c, max_device_bytes=1000, gemm=bad)
+    import threading
+    assert not [t for t in threading.enumerate() if t.name.startswith("tiledmm-")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pinned", [False, True])
+def test_gpu_streams_forced_budget(pinned):
+    m, k, n = 1000, 1500, 700
+    a, b, c0 = _case(m, k, n, seed=4)
+    if pinned:
+        a, b = a.pin_memory(), b.t().contiguous().t().pin_memory()
+    c = c0.clone()
+    st = {}
+    matmul_out_of_core(a, b, c, alpha=0.5, beta=2.0, max_device_bytes=3 << 20, gemm=torch_gemm, stats=st,
+                       piece_bytes=1 << 18)
+    assert st["plan"]["steps"] > 4
+    assert _rel(c, 0.5 * (a.double() @ b.double()) + 2 * c0.double()) < 1e-5
