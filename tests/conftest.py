@@ -1,9 +1,14 @@
 import os
+import tempfile
 
 import numpy as np
 import pytest
 
 os.environ.setdefault("TILEDMM_QUIET", "1")
+# tests check correctness: the model picks configs (tests that tune turn it on themselves), and
+# tuned choices go to a throw-away folder, never the user's cache
+os.environ.setdefault("TILEDMM_TUNE", "off")
+os.environ.setdefault("TILEDMM_CACHE_DIR", tempfile.mkdtemp(prefix="tiledmm-test-cache-"))
 
 import tiledmm  # noqa: E402  (decides GPU or emulation before numba is imported)
 from tiledmm import _backend  # noqa: E402

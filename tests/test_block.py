@@ -98,6 +98,7 @@ def test_gpu_shapes(dtype, precision, shape):
 @pytest.mark.gpu
 def test_gpu_tuned_choice_is_reused_within_a_shape_class():
     from tiledmm import tuning
+    tuning.set_mode("on")
     a, b = random_inputs((1500, 1100), (1100, 1300), "bfloat16", seed=9)
     tiledmm.matmul(a, b)
     n = len(tuning.remembered())
@@ -107,6 +108,7 @@ def test_gpu_tuned_choice_is_reused_within_a_shape_class():
     a, b = random_inputs((3100, 1200), (1200, 1400), "bfloat16", seed=10)  # a new class: one more choice
     tiledmm.matmul(a, b)
     assert len(tuning.remembered()) == n + 1
+    tuning.set_mode("off")
 
 
 @pytest.mark.gpu

@@ -1,0 +1,115 @@
+"""Issue 10's numbers in one run: per-call cost of tiledmm.matmul against torch.matmul,
+the small-problem ratio, the first call of a known shape class in a fresh process.
+
+    PYTHONPATH=src python3 scripts/dispatch_bench.py [--quick]
+
+Every timed configuration is checked against float64 first (fresh random inputs,
+NaN-poisoned output). Wall time per call: 200 queued calls, synchronised at the end
+(timing.wall_us_per_call); GPU time: timing.time_calls (events around queued batches,
+rotated inputs, median of batches). A short table is printed last.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import tiledmm
+from tiledmm.timing import time_calls, wall_us_per_call
+
+DT = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+TOL = {"float32": 1e-5, "bfloat16": 2e-2}
+
+
+def check(a, b, dtype):
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"), device="cuda", dtype=DT[dtype])
+    tiledmm.matmul(a, b, out=out)
+    ref = a.double() @ b.double()
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err < TOL[dtype], (tuple(a.shape), dtype, err)
+    return err
+
+
+def first_call_seconds(n: int, dtype: str, cache: str) -> float:
+    code = (f"import time, torch, tiledmm; a = torch.randn({n}, {n}, device='cuda', dtype=torch.{dtype}); "
+            f"b = torch.randn({n}, {n}, device='cuda', dtype=torch.{dtype}); torch.cuda.synchronize(); "
+            "t = time.perf_counter(); tiledmm.matmul(a, b); torch.cuda.synchronize(); "
+            "print(time.perf_counter() - t)")
+    env = dict(os.environ, TILEDMM_CACHE_DIR=cache, TILEDMM_QUIET="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    if r.returncode:
+        raise RuntimeError(r.stderr[-2000:])
+    return float(r.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = []
+    sizes = [64, 256, 1024] if not args.quick else [256]
+    for dtype in ("float32", "bfloat16"):
+        for n in sizes:
+            a = torch.randn(n, n, device="cuda", dtype=DT[dtype])
+            b = torch.randn(n, n, device="cuda", dtype=DT[dtype])
+            err = check(a, b, dtype)
+            tm = wall_us_per_call(lambda: torch.matmul(a, b))
+            tt = wall_us_per_call(lambda: tiledmm.matmul(a, b))
+            rows.append(("torch", dtype, n, tm, tt, err))
+    try:
+        import cupy
+        from numba import cuda
+        n = 256
+        ca = cupy.random.standard_normal((n, n), dtype=cupy.float32)
+        cb = cupy.random.standard_normal((n, n), dtype=cupy.float32)
+        tiledmm.matmul(ca, cb)
+        ta, tb = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+        tm = wall_us_per_call(lambda: torch.matmul(ta, tb))
+        rows.append(("cupy", "float32", n, tm, wall_us_per_call(lambda: tiledmm.matmul(ca, cb)), float("nan")))
+        na, nb = cuda.as_cuda_array(ta), cuda.as_cuda_array(tb)
+        tiledmm.matmul(na, nb)
+        rows.append(("numba", "float32", n, tm, wall_us_per_call(lambda: tiledmm.matmul(na, nb)), float("nan")))
+    except Exception as e:  # noqa: BLE001
+        print("cupy/numba rows skipped:", repr(e)[:200])
+
+    # GPU time of small products, queued (events around batches, rotated inputs)
+    ratio_rows = []
+    for (m, k, n), dtype in [((1000, 1000, 1000), "bfloat16"), ((16, 4096, 4096), "bfloat16"),
+                             ((1024, 1024, 1024), "float32")]:
+        sets = [(torch.randn(m, k, device="cuda", dtype=DT[dtype]), torch.randn(k, n, device="cuda", dtype=DT[dtype]))
+                for _ in range(4)]
+        check(*sets[0], dtype)
+        t_torch = time_calls([lambda x=x, y=y: torch.matmul(x, y) for x, y in sets])
+        t_tile = time_calls([lambda x=x, y=y: tiledmm.matmul(x, y) for x, y in sets])
+        ratio_rows.append((f"{m}x{k}x{n}", dtype, t_torch * 1e3, t_tile * 1e3, t_torch / t_tile))
+
+    # first call of a known shape class in a fresh process (tuning persisted by the first process)
+    cache = tempfile.mkdtemp(prefix="tiledmm-cache-")
+    fresh = []
+    for dtype in ("bfloat16", "float32"):
+        t0 = time.perf_counter()
+        cold = first_call_seconds(1536, dtype, cache)
+        warm = first_call_seconds(1600, dtype, cache)     # same shape class, a new process
+        fresh.append((dtype, cold, warm, time.perf_counter() - t0))
+
+    print("\n== per-call wall time (us), steady state, 200 queued calls")
+    print(f"{'kind':6} {'dtype':9} {'n':>5} {'torch.matmul':>12} {'tiledmm':>9} {'diff':>7} {'rel err':>9}")
+    for kind, dtype, n, tm, tt, err in rows:
+        print(f"{kind:6} {dtype:9} {n:5d} {tm:12.1f} {tt:9.1f} {tt - tm:+7.1f} {err:9.1e}")
+    print("\n== GPU time per call, queued batches (us)")
+    print(f"{'shape':16} {'dtype':9} {'torch':>8} {'tiledmm':>8} {'x cuBLAS':>8}")
+    for s, dtype, a, b, r in ratio_rows:
+        print(f"{s:16} {dtype:9} {a:8.1f} {b:8.1f} {r:8.2f}")
+    print("\n== first call in a fresh process (s): tuning run, then a new process of the same class")
+    for dtype, cold, warm, _ in fresh:
+        print(f"{dtype:9} first process {cold:6.2f}   second process {warm:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
