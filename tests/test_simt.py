@@ -208,13 +208,36 @@ def test_gpu_autotune_candidates(dtype, config):
 
 
 @pytest.mark.gpu
-def test_gpu_autotune_picks_the_fastest_it_timed():
-    k10_autotune.CHOSEN.clear()
-    check("autotuned", (1536, 1024, 2048), None)
-    (key, (best, times)), = k10_autotune.CHOSEN.items()
-    assert key == ("float32", (10, 11, 10))
-    assert set(times) == {sh.name for sh in k10_autotune.CANDIDATES["float32"]}
-    assert times[best.name] == min(times.values())
+def test_gpu_autotune_choice_is_persisted_and_read_by_a_new_process(tmp_path):
+    """The tuned shape is written to the cache file and a second process reads it back
+    without timing (its own timers would have to run otherwise: tuning is off there)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tiledmm import tuning
+    old = os.environ.get("TILEDMM_CACHE_DIR")
+    os.environ["TILEDMM_CACHE_DIR"] = str(tmp_path)
+    tuning.forget()
+    tuning.set_mode("on")
+    try:
+        check("autotuned", (1536, 1024, 2048), None)
+        stored = json.loads(tuning.store_path().read_text())
+        (key, name), = ((k, v) for k, v in stored.items() if k.startswith("simt-autotuned|float32"))
+        assert name in {sh.name for sh in k10_autotune.CANDIDATES["float32"]}
+        code = ("import tiledmm, tiledmm.tuning as t; from tiledmm.kernels.simt import k10_autotune as k; "
+                f"print(t.lookup({key!r}))")
+        env = dict(os.environ, TILEDMM_TUNE="off", TILEDMM_QUIET="1")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert r.stdout.strip().splitlines()[-1] == name
+    finally:
+        tuning.set_mode("off")
+        tuning.forget()
+        if old is None:
+            os.environ.pop("TILEDMM_CACHE_DIR", None)
+        else:
+            os.environ["TILEDMM_CACHE_DIR"] = old
 
 
 @pytest.mark.gpu

@@ -86,7 +86,8 @@ def choose(a, b, out, opts) -> Shape:
             ch = _choice(sh, a, b, scratch)
             return time_calls(lambda: run_choice(ch, a, b, scratch), batches=3, warmup=2)
         return run
-    name = tuning.choose(key, {sh.name: timer(sh) for sh in cands}, cands[0].name, timeable=not capturing())
+    name = tuning.choose(key, {sh.name: timer(sh) for sh in cands}, cands[0].name,
+                         timeable=not emulating() and not capturing())
     _chosen[key] = parse(name)
     return _chosen[key]
 
