@@ -1,0 +1,271 @@
+"""``tiledmm dist``: start N ranks on this machine, run a distributed GEMM, check it, time it.
+
+Also the job the tests and scripts/bench_distributed.py run inside each rank
+(``run_case``), and ``launch`` (spawn N ranks with a torchrun-like environment).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+from typing import List, Optional
+
+import typer
+
+from .cli import app, command, console  # noqa: F401  (app: the command registers on it)
+
+# NVLink multicast (NVLS) stays off in every process (DEVELOPERS.md): forced, not defaulted
+FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+ALGOS = ("summa", "allgather", "reducescatter")
+TOL = {"float64": 1e-10, "float32": 2e-5, "bfloat16": 1.5e-2, "float16": 3e-3}
+
+
+def force_env() -> None:
+    os.environ.update(FORCED_ENV)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def default_backend(nproc: int) -> str:
+    from . import _backend
+    if _backend.emulating():
+        return "gloo"
+    import torch
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= nproc else "gloo"
+
+
+def launch(nproc: int, cases: list, *, backend: Optional[str] = None) -> list:
+    """Run ``cases`` (dicts for ``run_case``) on ``nproc`` fresh local ranks; rank 0's results."""
+    import torch.multiprocessing as mp
+    force_env()
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(free_port())
+    backend = backend or default_backend(nproc)
+    with tempfile.TemporaryDirectory(prefix="tiledmm-dist-") as d:
+        mp.spawn(_rank_main, args=(nproc, backend, cases, d), nprocs=nproc, join=True)
+        with open(os.path.join(d, "results.json")) as f:
+            return json.load(f)
+
+
+def _rank_main(rank: int, nproc: int, backend: str, cases: list, outdir: str) -> None:
+    force_env()
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
+                       "LOCAL_WORLD_SIZE": str(nproc)})
+    import torch
+    import torch.distributed as dist
+    import tiledmm  # noqa: F401  (decides GPU or emulation first)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    kw = {"device_id": torch.device("cuda", rank)} if backend == "nccl" else {}
+    dist.init_process_group(backend, rank=rank, world_size=nproc, **kw)
+    try:
+        results = [run_case(**c) for c in cases]
+        if rank == 0:
+            with open(os.path.join(outdir, "results.json"), "w") as f:
+                json.dump(results, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def _gemm_for(name: str):
+    from .outofcore import tiledmm_gemm, torch_gemm
+    if name == "torch":
+        return torch_gemm
+    if name == "tiledmm":
+        return tiledmm_gemm()
+    return tiledmm_gemm(name)          # a kernel name
+
+
+def run_case(algo: str, shape, dtype: str = "float32", gemm: str = "tiledmm", chunks: int = 2,
+             panel: Optional[int] = None, depth: int = 2, time_it: bool = False, baseline: bool = False,
+             seed: int = 0, sample_rows: Optional[int] = None, timeline: bool = False) -> dict:
+    """Inside a rank (process group initialised): build A, B from ``seed`` (the same on every
+    rank), distribute them for ``algo``, run it, compare this rank's part with float64 (all
+    of it, or ``sample_rows`` random rows of it), reduce the error over ranks; optionally
+    time it (and its baseline) with ``tiledmm.timing.time_calls``. Returns the same dict on
+    every rank."""
+    import torch
+    import torch.distributed as dist
+    from . import distributed as D
+    from .timing import time_calls
+    if algo not in ALGOS:
+        raise ValueError(f"algo {algo!r}: one of {ALGOS}")
+    m, k, n = (int(x) for x in shape)
+    w, rank = dist.get_world_size(), dist.get_rank()
+    nccl = dist.get_backend() == "nccl"
+    dev = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    dt = getattr(torch, dtype)
+    g = torch.Generator(device=dev).manual_seed(seed)
+    A = torch.randn(m, k, generator=g, device=dev, dtype=torch.float32).to(dt)
+    B = torch.randn(k, n, generator=g, device=dev, dtype=torch.float32).to(dt)
+    gm = _gemm_for(gemm)
+    if algo == "summa":
+        grid = D.Grid.make()
+        blk = grid.blocks(m, k, n)
+        (a0, a1), (a2, a3) = blk["a"]
+        (b0, b1), (b2, b3) = blk["b"]
+        a_loc, b_loc = A[a0:a1, a2:a3].contiguous(), B[b0:b1, b2:b3].contiguous()
+        rows, cols = blk["c"]
+        fn = lambda st=None: D.summa(a_loc, b_loc, (m, k, n), grid=grid, gemm=gm, panel=panel, depth=depth, stats=st)  # noqa: E731
+        base_name = "1 rank, same kernel"
+    elif algo == "allgather":
+        a_loc, b_loc = D.shard_rows(A), D.shard_cols(B)
+        rows, cols = (0, m), D.block_range(n, w, rank)
+        fn = lambda st=None: D.allgather_matmul(a_loc, b_loc, m, gemm=gm, chunks=chunks, stats=st)  # noqa: E731
+        base = lambda: D.allgather_then_matmul(a_loc, b_loc, m, gemm=gm)  # noqa: E731
+        base_name = "all-gather + GEMM"
+    else:
+        a_loc, b_loc = D.shard_cols(A), D.shard_rows(B)
+        rows, cols = D.block_range(m, w, rank), (0, n)
+        fn = lambda st=None: D.matmul_reducescatter(a_loc, b_loc, gemm=gm, chunks=chunks, stats=st)  # noqa: E731
+        base = lambda: D.matmul_then_reducescatter(a_loc, b_loc, gemm=gm)  # noqa: E731
+        base_name = "GEMM + reduce-scatter"
+    # ---- check (fresh output, NaN-poisoned where we allocate it ourselves is not needed: the
+    # algorithms allocate; a wrong or missing block shows as error)
+    c = fn()
+    if nccl:
+        torch.cuda.synchronize()
+    r0, r1 = rows
+    c0, c1 = cols
+    sel = torch.arange(r1 - r0, device=dev)
+    if sample_rows and (r1 - r0) > sample_rows:
+        gs = torch.Generator(device="cpu").manual_seed(seed + 1 + rank)
+        sel = torch.randperm(r1 - r0, generator=gs)[:sample_rows].sort().values.to(dev)
+    ref = A[r0:r1][sel].double() @ B[:, c0:c1].double()
+    got = c[sel].double()
+    if torch.isnan(got).any():
+        err2 = torch.tensor(float("inf"), device=dev)
+    else:
+        err2 = (got - ref).pow(2).sum()
+    ref2 = ref.pow(2).sum()
+    acc = torch.stack([err2, ref2]).to(torch.float64)
+    dist.all_reduce(acc)
+    rel = float((acc[0] / acc[1].clamp_min(1e-300)).sqrt()) if acc[1] > 0 else float(acc[0].sqrt())
+    del ref, got
+    out = {"algo": algo, "nproc": w, "shape": [m, k, n], "dtype": dtype, "backend": dist.get_backend(),
+           "gemm": gemm, "rel_err": rel, "ok": bool(rel <= TOL.get(dtype, 1e-2)),
+           "checked": "sampled rows" if len(sel) < r1 - r0 else "all", "grid": list(D.grid_shape(w)) if algo == "summa" else None}
+    if time_it:
+        ms = _time_collective(fn, time_calls, nccl)
+        out["ms"] = ms
+        out["tflops_per_gpu"] = 2.0 * m * n * k / (ms * 1e-3) / w / 1e12
+        if baseline:
+            if algo == "summa":       # one GPU, the whole product, the same local kernel
+                cf = torch.empty(m, n, dtype=dt, device=dev)
+                ms1 = time_calls(lambda: gm(A, B, cf, 1.0, 0.0), batches=3)
+                t = torch.tensor([ms1], dtype=torch.float64, device=dev)
+                dist.broadcast(t, src=0)
+                out["baseline_ms"] = float(t[0])
+                out["speedup"] = out["baseline_ms"] / ms
+                out["efficiency"] = out["speedup"] / w
+                del cf
+            else:
+                out["baseline_ms"] = _time_collective(base, time_calls, nccl)
+                out["speedup"] = out["baseline_ms"] / ms
+            out["baseline"] = base_name
+    if timeline:
+        st = {}
+        fn(st)
+        if nccl:
+            torch.cuda.synchronize()
+        out["timeline"] = st.get("timeline", [])
+        out["compute_ms"] = st.get("compute_ms")
+        out["comm_ms"] = st.get("comm_ms")
+        out["span_ms"] = st.get("span_ms")
+    return out
+
+
+def _time_collective(fn, time_calls, nccl: bool) -> float:
+    """time_calls with the same number of calls on every rank (collectives must match);
+    the slowest rank's median."""
+    import torch
+    import torch.distributed as dist
+    dev = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    fn()
+    est = torch.tensor([time_calls(fn, batches=1, per_batch=1, warmup=1)], dtype=torch.float64, device=dev)
+    dist.all_reduce(est, op=dist.ReduceOp.MAX)
+    per = int(min(50, max(1, round(20.0 / max(float(est[0]), 1e-3))))) if nccl else 1
+    ms = torch.tensor([time_calls(fn, batches=5, per_batch=per, warmup=1)], dtype=torch.float64, device=dev)
+    dist.all_reduce(ms, op=dist.ReduceOp.MAX)
+    return float(ms[0])
+
+
+def _parse_shape(text: str) -> tuple:
+    try:
+        dims = tuple(int(x) for x in text.lower().split("x"))
+    except ValueError:
+        dims = ()
+    if len(dims) != 3 or min(dims) < 1:
+        raise typer.BadParameter(f"shape {text!r}: write JxKxL, e.g. 4096x4096x4096")
+    return dims
+
+
+def dist_cmd(nproc: int = typer.Option(2, "--nproc", "-n", help="Ranks to start on this machine (one per GPU)."),
+             shape: List[str] = typer.Option(["64x48x40"], "--shape", "-s", metavar="JxKxL",
+                                             help="Repeatable. C (JxL) = A (JxK) @ B (KxL), the whole product."),
+             dtype: str = typer.Option("float32", help="float32, float64, bfloat16 or float16."),
+             algo: List[str] = typer.Option(["summa"], "--algo", "-a", help="summa, allgather or reducescatter; repeatable."),
+             gemm: str = typer.Option("tiledmm", help="Local GEMM: tiledmm (default kernel), torch, or a kernel name."),
+             chunks: int = typer.Option(2, help="Row chunks for allgather / reducescatter."),
+             panel: Optional[int] = typer.Option(None, help="SUMMA K-panel width (default: the block's K range)."),
+             backend: Optional[str] = typer.Option(None, help="nccl or gloo (default: nccl with enough GPUs)."),
+             timing: bool = typer.Option(True, "--time/--no-time", help="Time it and its baseline (time_calls)."),
+             as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")):
+    """Distributed GEMM on N local ranks (torch.distributed): check against float64, time, print."""
+    from ._arrays import TiledmmError
+    if nproc < 1:
+        raise TiledmmError(f"--nproc must be at least 1; got {nproc}")
+    for a in algo:
+        if a not in ALGOS:
+            raise TiledmmError(f"--algo {a!r}: choose from {', '.join(ALGOS)}")
+    if dtype not in TOL:
+        raise TiledmmError(f"--dtype {dtype!r}: choose from {', '.join(TOL)}")
+    be = backend or default_backend(nproc)
+    if be == "nccl":
+        import torch
+        if torch.cuda.device_count() < nproc:
+            raise TiledmmError(f"--nproc {nproc} with nccl needs {nproc} GPUs; {torch.cuda.device_count()} visible")
+    cases = [dict(algo=a, shape=_parse_shape(s), dtype=dtype, gemm=gemm, chunks=chunks, panel=panel,
+                  time_it=timing, baseline=timing) for s in shape for a in algo]
+    results = launch(nproc, cases, backend=be)
+    if as_json:
+        print(json.dumps(results, indent=1))
+    else:
+        from rich.table import Table
+        t = Table(title=f"tiledmm dist — {nproc} ranks, {be}")
+        cols = ("algo", "ranks", "shape", "dtype", "ms", "TFLOP/s per rank", "baseline ms", "x baseline",
+                "baseline", "rel err", "check")
+        for col in cols:
+            t.add_column(col, justify="left" if col in ("algo", "dtype", "baseline", "check") else "right")
+        for r in results:
+            t.add_row(r["algo"] + (f" {r['grid'][0]}x{r['grid'][1]}" if r.get("grid") else ""), str(r["nproc"]),
+                      "x".join(map(str, r["shape"])), r["dtype"], _f(r.get("ms"), ".3f"),
+                      _f(r.get("tflops_per_gpu"), ".3g"), _f(r.get("baseline_ms"), ".3f"),
+                      _f(r.get("speedup"), ".2f"), r.get("baseline", "-"), f"{r['rel_err']:.2e}",
+                      "ok" if r["ok"] else "WRONG")
+        console.print(t)
+    if not all(r["ok"] for r in results):
+        console.print("[red]error:[/red] a distributed result differs from the float64 reference")
+        raise typer.Exit(1)
+
+
+command("dist")(dist_cmd)
+# `python -m tiledmm.cli` runs cli.py as __main__, a second module with its own app: register there too
+_m = sys.modules.get("__main__")
+if getattr(getattr(_m, "__spec__", None), "name", None) == "tiledmm.cli" and getattr(_m, "app", app) is not app \
+        and hasattr(_m, "command"):
+    _m.command("dist")(dist_cmd)
+
+
+def _f(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+if __name__ == "__main__":      # pragma: no cover
+    sys.exit(app())

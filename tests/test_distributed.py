@@ -1,0 +1,81 @@
+"""Distributed GEMM on torch.distributed: every algorithm on local gloo ranks (CPU), uneven
+shapes, against float64; the `tiledmm dist` command."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tiledmm import cli_dist
+from tiledmm.distributed import block_range, grid_shape
+
+from .conftest import GPU
+
+pytestmark = pytest.mark.skipif(GPU, reason="gloo/CPU cases (the GPU runs scripts/bench_distributed.py)")
+
+CASES2 = [
+    dict(algo="summa", shape=(13, 11, 9), dtype="float64", gemm="torch"),
+    dict(algo="summa", shape=(13, 11, 9), dtype="float64", gemm="torch", panel=2, depth=3),
+    dict(algo="summa", shape=(5, 1, 7), dtype="float64", gemm="torch", panel=1, depth=1),
+    dict(algo="allgather", shape=(13, 11, 9), dtype="float64", gemm="torch", chunks=1),
+    dict(algo="allgather", shape=(17, 6, 5), dtype="float64", gemm="torch", chunks=3),
+    dict(algo="allgather", shape=(3, 4, 2), dtype="float64", gemm="torch", chunks=4),
+    dict(algo="reducescatter", shape=(13, 11, 9), dtype="float64", gemm="torch", chunks=2),
+    dict(algo="reducescatter", shape=(17, 7, 5), dtype="float64", gemm="torch", chunks=3),
+    dict(algo="reducescatter", shape=(3, 5, 4), dtype="float32", gemm="torch", chunks=2, time_it=True, baseline=True),
+    dict(algo="summa", shape=(9, 7, 6), dtype="float32", gemm="tiledmm", timeline=True),   # tiledmm's default kernel
+    dict(algo="allgather", shape=(6, 5, 4), dtype="float32", gemm="triton", chunks=2),
+]
+
+
+@pytest.fixture(scope="module")
+def two_ranks():
+    return cli_dist.launch(2, CASES2, backend="gloo")
+
+
+@pytest.mark.parametrize("idx", range(len(CASES2)))
+def test_two_ranks(two_ranks, idx):
+    r, c = two_ranks[idx], CASES2[idx]
+    assert (r["algo"], tuple(r["shape"]), r["dtype"], r["nproc"]) == (c["algo"], c["shape"], c["dtype"], 2)
+    assert r["checked"] == "all"
+    assert r["ok"] and r["rel_err"] <= (1e-12 if c["dtype"] == "float64" else 1e-5), r
+    if c.get("time_it"):
+        assert r["ms"] > 0 and r["baseline_ms"] > 0 and r["speedup"] > 0
+    if c.get("timeline"):
+        kinds = {s for s, *_ in r["timeline"]}
+        assert kinds == {"compute", "comm"}          # 1x2 grid: A's panels broadcast along the row
+
+
+def test_four_ranks_summa_2x2_uneven():
+    cases = [dict(algo="summa", shape=(11, 9, 7), dtype="float64", gemm="torch", panel=2),
+             dict(algo="summa", shape=(3, 2, 5), dtype="float64", gemm="torch"),
+             dict(algo="reducescatter", shape=(10, 8, 3), dtype="float64", gemm="torch", chunks=2)]
+    res = cli_dist.launch(4, cases, backend="gloo")
+    assert [r["grid"] for r in res[:2]] == [[2, 2], [2, 2]]
+    for r in res:
+        assert r["ok"] and r["rel_err"] < 1e-12, r
+
+
+def test_layout_helpers():
+    assert [block_range(10, 3, i) for i in range(3)] == [(0, 4), (4, 7), (7, 10)]
+    assert [block_range(2, 4, i) for i in range(4)] == [(0, 1), (1, 2), (2, 2), (2, 2)]
+    assert [grid_shape(w) for w in (1, 2, 3, 4, 6, 8)] == [(1, 1), (1, 2), (1, 3), (2, 2), (2, 3), (2, 4)]
+
+
+def test_cli_dist_command():
+    env = dict(os.environ, TILEDMM_QUIET="1", COLUMNS="200")
+    p = subprocess.run([sys.executable, "-m", "tiledmm.cli", "dist", "--nproc", "2", "--shape", "7x5x6",
+                        "--algo", "summa", "--algo", "reducescatter", "--gemm", "torch", "--dtype", "float64",
+                        "--no-time"], capture_output=True, text=True, timeout=240, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "summa 1x2" in p.stdout and "reducescatter" in p.stdout and "WRONG" not in p.stdout
+    bad = subprocess.run([sys.executable, "-m", "tiledmm.cli", "dist", "--algo", "cannon"], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert bad.returncode == 2 and "cannon" in bad.stdout + bad.stderr
+
+
+def test_forced_env_in_every_rank(monkeypatch):
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")             # a default would not override this
+    cli_dist.force_env()
+    assert os.environ["NCCL_NVLS_ENABLE"] == "0"
+    assert os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and os.environ["NVSHMEM_DISABLE_NVLS"] == "1"
