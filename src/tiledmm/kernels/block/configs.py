@@ -34,7 +34,6 @@ TMA = {
     "tf32": [cfg(128, 256, 32, 8, 8, 3), cfg(128, 128, 32, 8, 4, 4), cfg(128, 128, 32, 8, 8, 4),
              cfg(256, 128, 32, 8, 8, 3), cfg(128, 256, 32, 8, 8, 4)],
 }
-SPLITK = {"16bit": [cfg(64, 64, 64, 8, 4, 4)], "tf32": [cfg(64, 64, 32, 8, 4, 4)], "ieee": [cfg(64, 64, 32, 8, 4, 4)]}
 EMULATION = cfg(32, 32, 16, 4, 4, 1)   # the interpreter: small tiles, warps and stages ignored
 
 

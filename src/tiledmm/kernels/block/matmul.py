@@ -75,22 +75,23 @@ def _forced(a, b, c, precision, alpha, beta, variant, config) -> None:
     v = V.BY_NAME.get(variant or "blocked")
     if v is None:
         raise TiledmmError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
-    if not v.applicable(a, b, c, precision, alpha, beta) and not (emulating() and v is V.SPLITK):
+    if not v.applicable(a, b, c, precision, alpha, beta):
         raise TiledmmError(
             f"variant {v.name!r} cannot run this call (a {tuple(a.shape)} strides {a.stride()}, "
             f"b {tuple(b.shape)} strides {b.stride()}, precision {precision}, alpha {alpha}, beta {beta}); "
             "'tma' needs a Hopper GPU, 2-D inputs without alpha/beta, unit inner strides and 16-byte "
-            "aligned rows; 'splitk' a long K and few output tiles")
-    if config is None:
+            "aligned rows; see kernels/block/variants.py for the others")
+    own = v.name in ("blocked", "blocked-kmajor", "tma", "tma-kmajor")   # the module variants pick their own
+    if config is None and own:
         M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
         config = C.EMULATION if emulating() else C.heuristic(v.configs(C.kind_of(precision)), M, N, K, V.num_sms())
-    else:
+    elif config is not None and own:
         config = {**C.EMULATION, **config} if emulating() else {"num_warps": 4, "num_stages": 3, **config}
-    _bind(v, precision, dict(config))(a, b, c, alpha=alpha, beta=beta)
+    _bind(v, precision, dict(config) if config else None)(a, b, c, alpha=alpha, beta=beta)
 
 
 def _cfg_name(c: dict) -> str:
-    return "{BLOCK_M}x{BLOCK_N}x{BLOCK_K}-g{GROUP_M}-w{num_warps}-s{num_stages}".format(**c)
+    return "-".join(f"{k}={v}" for k, v in sorted(c.items()))
 
 
 def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
@@ -110,7 +111,7 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
     options: dict[str, tuple[V.Variant, dict]] = {}
     for v in V.ALL:
         if v.applicable(a, b, c, precision, alpha, beta):
-            for cfg in C.prune(v.configs(kind), rM, rN, rK, sms, batch, keep=4):
+            for cfg in C.prune(v.configs(kind), rM, rN, rK, sms, batch, keep=3 if v is V.BLOCKED else 2):
                 options[f"{v.name}:{_cfg_name(cfg)}"] = (v, cfg)
     pick = _model_pick(options, M, N, K, batch, sms)
     capturing = torch.cuda.is_current_stream_capturing()
@@ -138,7 +139,7 @@ def _model_pick(options: dict, M: int, N: int, K: int, batch: int, sms: int) -> 
     by_variant: dict[str, dict[str, dict]] = {}
     for name, (v, cfg) in options.items():
         by_variant.setdefault(v.name, {})[name] = cfg
-    for vn in ("tma", "tma-kmajor", "splitk", "blocked-kmajor", "blocked"):
+    for vn in ("tma-persistent", "tma-copy", "tma", "tma-kmajor", "splitk", "blocked-kmajor", "blocked"):
         named = by_variant.get(vn)
         if not named:
             continue

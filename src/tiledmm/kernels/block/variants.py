@@ -18,9 +18,10 @@ import functools
 from dataclasses import dataclass
 from typing import Callable
 
-from ... import epilogue
 from ..._backend import emulating
 from . import configs as C
+from . import kmajor_cache, splitk, tma_copy, tma_persistent
+from ._vcommon import capability, ensure_allocator, num_sms
 from .fastlaunch import FastKernel
 from .kernels import matmul_kernel, matmul_tma_persistent_kernel, triton
 
@@ -75,34 +76,6 @@ def _blocked_launch(a, b, c, *, precision, alpha, beta, config, ws=None, splits=
 
 
 BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch)
-
-
-# -- split-K: few output tiles and a long K ------------------------------------------------------
-
-def splitk_applicable(a, b, c, precision, alpha, beta) -> bool:
-    batch, M, K, N, _, _ = _dims(a, b)
-    return K >= 1024 and batch * triton.cdiv(M, 128) * triton.cdiv(N, 128) < num_sms()
-
-
-def _splitk_launch(a, b, c, *, precision, alpha, beta, config):
-    """Cut K into S slices so that S times more programs run; each writes a float32
-    partial tile into a workspace, and the partials are summed and finished by the
-    shared epilogue."""
-    import torch
-    batch, M, K, N, _, _ = _dims(a, b)
-    tiles = batch * triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])
-    bk = config["BLOCK_K"]
-    splits = max(1, min(triton.cdiv(2 * num_sms(), tiles), triton.cdiv(K, 4 * bk), MAX_GRID_YZ))
-    k_per = triton.cdiv(triton.cdiv(K, splits), bk) * bk
-    splits = triton.cdiv(K, k_per)
-    ws = torch.empty((splits, batch, M, N), device=c.device, dtype=torch.float32)
-    _blocked_launch(a, b, c, precision=precision, alpha=1.0, beta=0.0, config=config, ws=ws, splits=splits,
-                    k_per=k_per)
-    total = ws.sum(0)
-    epilogue.apply(c, total if c.dim() == 3 else total[0], alpha, beta)
-
-
-SPLITK = Variant("splitk", splitk_applicable, lambda kind: C.SPLITK[kind], _splitk_launch)
 
 
 # -- TMA, persistent (Hopper) ---------------------------------------------------------------------
@@ -165,33 +138,17 @@ def with_kmajor(v: Variant) -> Variant:
     return Variant(v.name + "-kmajor", applicable, v.configs, launch)
 
 
-ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK]
-BY_NAME = {v.name: v for v in ALL}
+# -- every variant the dispatcher chooses among ----------------------------------------------------
+
+def from_module(mod) -> Variant:
+    """A variant module (NAME, applicable, CONFIGS, launch) as a Variant."""
+    return Variant(mod.NAME, mod.applicable, lambda kind: mod.CONFIGS.get(kind, []), mod.launch)
 
 
-# -- the device ------------------------------------------------------------------------------
-
-_allocator_set = False
-
-
-def ensure_allocator() -> None:
-    """Device-side TMA descriptors need a little global scratch memory from the caller."""
-    global _allocator_set
-    if not _allocator_set:
-        import torch
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
-        _allocator_set = True
-
-
-@functools.lru_cache(maxsize=None)
-def num_sms() -> int:
-    if emulating():
-        return 4   # the interpreter stands in for a small GPU
-    import torch
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-
-
-@functools.lru_cache(maxsize=None)
-def capability() -> tuple:
-    import torch
-    return torch.cuda.get_device_capability()
+SPLITK = from_module(splitk)
+ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, from_module(tma_persistent),
+       from_module(tma_copy)]
+# opt-in only (variant="tma-kcache"): its cache of K-major copies trusts torch's version counter, which
+# writes from outside torch (CuPy, numba, a raw pointer) do not bump
+OPT_IN = [from_module(kmajor_cache)]
+BY_NAME = {v.name: v for v in ALL + OPT_IN}
