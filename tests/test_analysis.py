@@ -42,6 +42,9 @@ def test_traffic_model():
     d = dram_bytes("tiled", 2048, 2048, 2048, 16)
     assert d["requested_read"] == 2 * 2048 * 2048 * 128 * 4
     assert d["compulsory_read"] == 2 * 2048 * 2048 * 4
+    assert dram_bytes("naive", 30, 20, 10)["requested_read"] == 2 * 30 * 20 * 10 * 4   # 2 operands per mul-add
+    with pytest.raises(TiledmmError, match="supports tile"):
+        bytes_per_flop("tiled", 3)
 
 
 def test_burst_model_contiguous_and_strided():
@@ -106,13 +109,54 @@ def test_trace_of_rungs_9_and_10():
 
 
 @pytest.mark.skipif(GPU, reason="traces run in emulation")
-def test_trace_is_fast_for_the_toy_cases():
-    import time
-    t0 = time.perf_counter()
+@pytest.mark.parametrize("shape,tile", [((3, 3, 3), 2), ((5, 9, 4), 4), ((4, 8, 4), 2)])
+def test_trace_names_phases_and_shared_contents_as_the_lectures(shape, tile):
+    """Phase 0..n-1 then the store (tiled passes two barriers a phase); each shared cell holds
+    M[by*T+ty, ph*T+tx] / N[ph*T+ty, bx*T+tx] or a zero-fill exactly where that element is missing;
+    progress is reported once per block."""
+    import math
     from tiledmm.analysis.trace import trace
-    trace("tiled", (3, 3, 3), 2)
-    trace("tiled", (4, 4, 4), 2)
-    assert time.perf_counter() - t0 < 5.0
+    seen = []
+    t = trace("tiled", shape, tile, progress=lambda done, total: seen.append((done, total)))
+    J, K, L = shape
+    n, blocks = math.ceil(K / tile), math.ceil(J / tile) * math.ceil(L / tile)
+    assert seen[-1] == (blocks, blocks) and len(seen) == blocks + 1
+    for b in {p["block"] for p in t.phases()}:
+        steps = [p for p in t.phases() if p["block"] == b]
+        assert [p["step"] for p in steps] == [f"Phase {i}" for i in range(n)] + ["the store"]
+        bx, by = b[0], b[1]
+        for p in steps[:-1]:
+            ph = p["phase"]
+            for (ty, tx), v in p["shared"]["subTileM"].items():
+                r, c = by * tile + ty, ph * tile + tx
+                assert v == (f"M{r},{c}" if r < J and c < K else "0")
+            for (ty, tx), v in p["shared"]["subTileN"].items():
+                r, c = ph * tile + ty, bx * tile + tx
+                assert v == (f"N{r},{c}" if r < K and c < L else "0")
+
+
+@pytest.mark.skipif(GPU, reason="traces run in emulation")
+def test_trace_phases_of_a_one_barrier_kernel():
+    """double-buffer passes one barrier a phase: its phases are numbered 0..n-1 without gaps."""
+    from tiledmm import registry
+    from tiledmm.analysis.trace import trace
+    assert registry.get("double-buffer").barriers_per_phase == 1
+    t = trace("double-buffer", (64, 24, 64), 64)
+    assert t.result_ok
+    nums = sorted({p["phase"] for p in t.phases() if p["step"] != "the store"})
+    assert nums == list(range(len(nums))) and len(nums) >= 2
+
+
+@pytest.mark.skipif(GPU, reason="runs in emulation")
+def test_explain_detail_and_summary_views(tmp_path):
+    from tiledmm.analysis.explain import check_explain
+    assert check_explain((3, 3, 3), 2) == "detail" and check_explain((19, 7, 21), 4) == "summary"
+    with pytest.raises(TiledmmError, match="at most 36 blocks"):
+        check_explain((64, 64, 64), 8)
+    p = tiledmm("explain", "--shape", "10x5x7", "--tile", "4", "--out", str(tmp_path / "s.svg"))
+    assert p.returncode == 0 and "summary view" in p.stdout, p.stdout + p.stderr
+    text = (tmp_path / "s.svg").read_text()
+    assert "Phase 1: M rows 0–3 × col 4 (4)" in text and "zero-filled: subTileM 12" in text
 
 
 @pytest.mark.skipif(GPU, reason="runs in emulation")
@@ -122,7 +166,8 @@ def test_explain_draws_svg(tmp_path):
     root = ET.parse(tmp_path / "e.svg").getroot()
     assert root.tag.endswith("svg")
     text = (tmp_path / "e.svg").read_text()
-    assert "Block(y=1,x=1)" in text and "M2,2" in text
+    assert "blockIdx.x=1, blockIdx.y=1 — Phase 1" in text and "blockIdx.x=1, blockIdx.y=1 — the store" in text
+    assert "M2,2" in text and "N2,2" in text      # the shared tiles show what they received
 
 
 def test_cli_analysis_commands(tmp_path):
@@ -138,7 +183,7 @@ def test_cli_analysis_commands(tmp_path):
     p = tiledmm("roofline", "--profile", "h100", "--out", str(tmp_path / "r.png"))
     assert p.returncode == 0 and (tmp_path / "r.png").stat().st_size > 10000
     p = tiledmm("occupancy", "--tile", "16", "--profile", "nope")
-    assert p.returncode == 2 and "unknown device profile" in p.stdout
+    assert p.returncode == 2 and "unknown device profile" in p.stderr
 
 
 @pytest.mark.skipif(GPU, reason="runs in emulation")

@@ -1,4 +1,9 @@
-"""The ``tiledmm`` command line."""
+"""The ``tiledmm`` command line.
+
+Every command checks its inputs before it does any work and reports a bad input as one
+line (``error: ...``) on stderr with exit code 2; nothing a user types ends in a traceback
+(``TILEDMM_DEBUG=1`` shows one for an unexpected failure). Tables go through ``table``.
+"""
 from __future__ import annotations
 
 import datetime
@@ -6,47 +11,153 @@ import functools
 import json
 import os
 import sys
+from pathlib import Path
 from typing import List, Optional
 
+import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+from . import __version__
+from . import bench as B
+from ._arrays import TiledmmError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Tiled matrix multiplication on NVIDIA GPUs: run, check, time and explain the kernels.")
 console = Console(width=None if sys.stdout.isatty() else 132)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 132)
+
+# commands that never run a kernel: no emulation banner for them
+NO_KERNEL = {"kernels", "device", "occupancy", "model", "burst", "roofline"}
+PROFILE_HELP = "a built-in profile (g80, lecture1536, example150, ampere, h100); default: the GPU in use"
+
+
+def fail(message: str, code: int = 2):
+    """One line on stderr and a non-zero exit."""
+    err_console.print(Text("error: ", style="red") + Text(message), soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def command(name: str | None = None):
-    """``app.command`` that turns tiledmm's input errors into a message and exit code 2."""
+    """``app.command`` that turns every error into a one-line message and a non-zero exit."""
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            from ._arrays import TiledmmError
             try:
                 return fn(*args, **kwargs)
-            except TiledmmError as e:
-                console.print(f"[red]error:[/red] {e}")
-                raise typer.Exit(2)
+            except (typer.Exit, typer.Abort, click.exceptions.ClickException):
+                raise
+            except KeyboardInterrupt:
+                fail("interrupted", 130)
+            except (TiledmmError, ValueError, OSError) as e:
+                fail(str(e) or type(e).__name__)
+            except Exception as e:  # noqa: BLE001 -- a bug in tiledmm: still a message, not a traceback
+                if os.environ.get("TILEDMM_DEBUG"):
+                    raise
+                fail(f"unexpected {type(e).__name__}: {e} (TILEDMM_DEBUG=1 shows the traceback)", 1)
         return app.command(name)(wrapper)
     return deco
 
 
+def _version(value: bool):
+    if value:
+        print(f"tiledmm {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(emulate: bool = typer.Option(False, "--emulate", help="Run kernels in emulation even on a GPU machine.")):
+def _main(ctx: typer.Context,
+          emulate: bool = typer.Option(False, "--emulate", metavar="",
+                                       help="Run kernels in emulation even on a GPU machine."),
+          version: bool = typer.Option(False, "--version", metavar="", callback=_version, is_eager=True,
+                                       help="Print tiledmm's version and exit.")):
     if emulate:
         os.environ["TILEDMM_EMULATE"] = "1"
+    if ctx.invoked_subcommand in NO_KERNEL:
+        os.environ["TILEDMM_QUIET"] = "1"
 
 
-def parse_shape(text: str) -> tuple:
+# -- output --------------------------------------------------------------------------------------
+def cell(v) -> Text | str:
+    """A table cell: None -> '–', numbers with separators, lists joined; text is never read as markup."""
+    if isinstance(v, Text):
+        return v
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple)):
+        return escape(", ".join(map(str, v)) or "–")
+    return escape(str(v))
+
+
+def table(title: str, columns, rows, *, header: bool = True, right=()) -> None:
+    """The one table helper: columns named, rows of cells (see ``cell``)."""
+    t = Table(title=escape(title), show_header=header, min_width=min(len(title) + 4, 120))
+    for c in columns:
+        t.add_column(escape(c), justify="right" if c in right else "left")
+    for r in rows:
+        t.add_row(*map(cell, r))
+    console.print(t)
+
+
+def kv(title: str, d: dict) -> None:
+    table(title, ("what", "value"), d.items(), header=False)
+
+
+def fmt(x, spec: str):
+    return None if x is None else format(x, spec)
+
+
+def ok_cell(ok: bool) -> Text:
+    return Text("ok") if ok else Text("FAIL", style="bold red")
+
+
+def progress_bar():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, transient=True)
+
+
+# -- input ---------------------------------------------------------------------------------------
+def parse_shape(text: str, *, batch: bool = True) -> tuple:
     """'3000x2000x4000' -> (3000, 2000, 4000): P (JxL) = M (JxK) @ N (KxL); a leading 4th number is a batch."""
     try:
         dims = tuple(int(x) for x in text.lower().replace("*", "x").split("x"))
     except ValueError:
         dims = ()
-    if len(dims) not in (3, 4) or min(dims) < 0:
-        raise typer.BadParameter(f"shape {text!r}: write JxKxL (or BxJxKxL), e.g. 3000x2000x4000")
+    if len(dims) not in ((3, 4) if batch else (3,)) or min(dims) < 1:
+        if len(dims) == 4 and min(dims) >= 1:
+            raise TiledmmError(f"shape {text!r}: this command draws or traces one JxKxL product, not a batch; "
+                               f"drop the leading batch size (e.g. {'x'.join(map(str, dims[1:]))})")
+        raise TiledmmError(f"shape {text!r}: write JxKxL{' (or BxJxKxL)' if batch else ''} with positive "
+                           "integers, e.g. 3000x2000x4000")
     return dims
+
+
+def writable(path: str, suffixes=None) -> Path:
+    """Check before any work that ``path`` can be written (and has a known suffix)."""
+    p = Path(path)
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise TiledmmError(f"{path}: the file name must end in {' or '.join(suffixes)}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise TiledmmError(f"{path}: folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise TiledmmError(f"{path}: not writable")
+    return p
+
+
+def positive(name: str, v, allow_zero: bool = False):
+    if v is not None and (v < 0 or (v == 0 and not allow_zero)):
+        raise TiledmmError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {v}")
 
 
 def environment() -> dict:
@@ -70,147 +181,177 @@ def environment() -> dict:
     return env
 
 
-def _fmt(x, spec: str, none: str = "-") -> str:
-    return none if x is None else format(x, spec)
+def _tile_cells(kernel: str, tile, shape) -> tuple:
+    """(TILE_WIDTH or P tile per block, threads per block) for a results table: for a kernel without
+    shared tiles (block tile 1x1, e.g. naive) the tile option is only the block's width."""
+    from . import registry
+    spec = registry.get(kernel)
+    if tile is None or spec.launch_config is None:
+        return tile, None
+    *_, m, k, n = shape
+    block = spec.launch_config(tile, m, k, n)[1]
+    bt = spec.block_tile(tile) if spec.block_tile else None
+    return (None if bt == (1, 1) else tile), "x".join(map(str, block))
 
 
-def results_table(results, title: str) -> Table:
-    t = Table(title=title)
-    for col in ("shape", "dtype", "kernel", "tile", "time ms", "TFLOP/s", "x cuBLAS", "rel err", "check"):
-        t.add_column(col, justify="right" if col not in ("kernel", "dtype", "check") else "left")
-    for r in results:
-        t.add_row("x".join(map(str, r.shape)), r.dtype + (f"/{r.precision}" if r.precision else ""),
-                  r.kernel, _fmt(r.tile, "d"),
-                  _fmt(r.ms, ".3f") + (" (emul.)" if r.emulated and r.ms is not None else ""),
-                  _fmt(r.tflops, ".3g"), _fmt(r.vs_cublas, ".2f"), f"{r.rel_err:.1e}",
-                  "ok" if r.ok else "[red]FAIL[/red]")
-    return t
+def _results(rows: list[dict], title: str, suite: bool = False) -> None:
+    cols = (("suite",) if suite else ()) + ("shape", "prec", "kernel", "tile", "block", "ms", "TFLOP/s",
+                                            "x cuBLAS", "rel err", "check")
+    out = []
+    for r in rows:
+        tile, block = _tile_cells(r["kernel"], r["tile"], tuple(map(int, r["shape"].split("x"))))
+        ms = fmt(r["ms"], ".3f")
+        out.append(((r["suite"],) if suite else ()) + (
+            r["shape"], r["precision"], r["kernel"], tile, block,
+            None if ms is None else ms + (" (emul.)" if r["emulated"] else ""),
+            fmt(r["tflops"], ".3g"), fmt(r["vs_cublas"], ".2f"), f"{r['rel_err']:.1e}", ok_cell(r["ok"])))
+    table(title, cols, out, right=("tile", "block", "ms", "TFLOP/s", "x cuBLAS", "rel err"))
 
 
-def run_suite(plan, *, dtype, seed, warmup, repeats, baseline: bool, precision=None):
-    """plan: [(shape, kernel, tile)]; adds a cuBLAS row per shape on a GPU."""
-    from . import _backend
-    from .harness import check_and_time, compare_to, rotation_for
-    results, base = [], {}
-    shapes = list(dict.fromkeys(s for s, _, _ in plan))
-    if baseline and not _backend.emulating():
-        for s in shapes:
-            base[s] = check_and_time("cublas", s, dtype, precision=precision or "ieee", seed=seed,
-                                     warmup=warmup, repeats=repeats, rotate=rotation_for(s, dtype))
-            results.append(base[s])
-    for s, kernel, tile in plan:
-        results.append(check_and_time(kernel, s, dtype, tile=tile, seed=seed, warmup=warmup, repeats=repeats,
-                                      rotate=1 if _backend.emulating() else rotation_for(s, dtype)))
-    compare_to(results, lambda r: base.get(r.shape))
-    results.sort(key=lambda r: shapes.index(r.shape))
-    return results
+def _check_points(points) -> None:
+    for p in points:
+        why = B.why_not(p)
+        if why:
+            raise TiledmmError(why)
 
 
+def _run_points(points, *, repeats: int, warmup: int, seed: int) -> list[dict]:
+    with progress_bar() as progress:
+        return B.run(points, repeats=repeats, warmup=warmup, seed=seed, progress=progress)
+
+
+# -- commands ------------------------------------------------------------------------------------
 @command()
-def run(shape: Optional[List[str]] = typer.Option(None, "--shape", "-s", help="JxKxL; repeatable."),
-        kernel: Optional[List[str]] = typer.Option(None, "--kernel", "-k", help="kernel name; repeatable."),
-        tile: Optional[List[int]] = typer.Option(None, "--tile", "-t", help="TILE_WIDTH; repeatable."),
-        dtype: str = typer.Option("float32", help="float32 or float64 (SIMT kernels)."),
-        seed: int = typer.Option(0),
-        repeats: Optional[int] = typer.Option(None, help="timed runs (default 10; 1 in emulation)"),
-        warmup: int = typer.Option(3),
-        as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")):
+def run(shape: Optional[List[str]] = typer.Option(None, "--shape", "-s", metavar="JxKxL",
+                                                   help="P = M (JxK) @ N (KxL); repeatable. Default: 3000x2000x4000 "
+                                                        "on a GPU, 3x3x3 and 19x7x21 in emulation."),
+        kernel: Optional[List[str]] = typer.Option(None, "--kernel", "-k", metavar="NAME",
+                                                    help="a kernel from `tiledmm kernels`; repeatable. "
+                                                         "Default: naive and tiled."),
+        tile: Optional[List[int]] = typer.Option(None, "--tile", "-t", metavar="T",
+                                                  help="TILE_WIDTH (for naive: the block width); repeatable; "
+                                                       "checked as tiledmm.matmul checks it. Default: 16 and 32 "
+                                                       "on a GPU, 2 or 8 in emulation."),
+        dtype: str = typer.Option("float32", metavar="float32|float64", help="element type."),
+        seed: int = typer.Option(0, metavar="N", help="seed of the random inputs."),
+        repeats: Optional[int] = typer.Option(None, metavar="N", help="timed runs (default 10; 1 in emulation)."),
+        warmup: int = typer.Option(3, metavar="N", help="untimed runs before timing."),
+        as_json: bool = typer.Option(False, "--json", metavar="", help="Print JSON instead of a table.")):
     """The main job: multiply random rectangular matrices with the lectures' kernels,
     verify each against float64, time them against cuBLAS and print a table."""
     from . import _backend, registry
-    gpu = not _backend.emulating()
-    repeats = repeats or (10 if gpu else 1)
-    if shape:
-        shapes = [parse_shape(s) for s in shape]
-    else:  # sizes that are not multiples of any tile
-        shapes = [(3000, 2000, 4000)] if gpu else [(3, 3, 3), (19, 7, 21)]
+    labels = {"float32": "fp32", "float64": "fp64"}
+    if dtype not in labels:
+        raise TiledmmError(f"--dtype {dtype!r}: choose float32 or float64")
+    positive("--repeats", repeats)
+    positive("--warmup", warmup, allow_zero=True)
     kernels = kernel or ["naive", "tiled"]
-    plan = []
+    for k in kernels:
+        registry.get(k)
+    gpu = not _backend.emulating()
+    shapes = [parse_shape(s) for s in shape] if shape else \
+        ([(3000, 2000, 4000)] if gpu else [(3, 3, 3), (19, 7, 21)])   # not multiples of any tile
+    if tile and not any(registry.get(k).tiles for k in kernels):
+        raise TiledmmError(f"--tile: none of {kernels} takes a tile")
+    points = []
     for s in shapes:
         for k in kernels:
             spec = registry.get(k)
             if tile:
-                tiles = [t for t in tile if t in spec.tiles] or [None]
+                tiles = B.tiles_for(k, tile)
             elif not spec.tiles:
                 tiles = [None]
-            elif gpu:
-                tiles = [16, 32] if k != "naive" else [16]
-            else:  # the slides' toy case is Width 3, TILE 2
-                tiles = [2] if max(s) <= 4 else [8]
-            plan += [(s, k, t) for t in tiles]
-    results = run_suite(plan, dtype=dtype, seed=seed, warmup=warmup, repeats=repeats, baseline=True)
+            else:   # on a GPU 16 and 32; in emulation the slides' toy case is Width 3, TILE 2
+                want = (16, 32) if gpu else ((2,) if max(s[-3:]) <= 4 else (8,))
+                tiles = [t for t in want if t in spec.tiles] or [None]
+            points += [B.Point("run", s, labels[dtype], k, t) for t in tiles]
+    _check_points(points)
+    rows = _run_points(points, repeats=repeats or (10 if gpu else 1), warmup=warmup, seed=seed)
     env = environment()
     if as_json:
-        print(json.dumps({"environment": env, "results": [r.as_dict() for r in results]}, indent=1))
+        print(json.dumps({"environment": env, "results": rows}, indent=1))
     else:
-        console.print(results_table(results, f"tiledmm run — {env['device']}"))
+        _results(rows, f"tiledmm run — {env['device']}")
         if not gpu:
             console.print("times are emulation (CPU simulator) times; they say nothing about GPU speed")
-    if not all(r.ok for r in results):
-        raise typer.Exit(1)
-
-
-@command()
-def bench(suite: List[str] = typer.Option(None, "--suite", help="square, irregular, ladder (default: square+irregular; emulation: emulation)"),
-          precision: List[str] = typer.Option(None, "--precision", "-p", help="fp32, tf32, bf16, fp16 (repeatable)"),
-          kernel: Optional[List[str]] = typer.Option(None, "--kernel", "-k", help="kernels (default: every kernel)"),
-          out: str = typer.Option("bench-out", help="folder for bench.csv, bench.json, bench.png"),
-          repeats: int = typer.Option(20), warmup: int = typer.Option(5), seed: int = typer.Option(0)):
-    """Sweep kernels x shapes x precisions against cuBLAS; write CSV/JSON and PNG plots."""
-    from pathlib import Path
-
-    from rich.progress import Progress
-
-    from . import _backend, bench as B, registry
-    gpu = not _backend.emulating()
-    suites = suite or (["square", "irregular"] if gpu else ["emulation"])
-    for s in suites:
-        if s not in B.SUITES:
-            raise typer.BadParameter(f"unknown suite {s!r}; choose from {list(B.SUITES)}")
-    precs = precision or (["fp32", "tf32", "bf16"])
-    for p in precs:
-        if p not in B.PRECISIONS:
-            raise typer.BadParameter(f"unknown precision {p!r}; choose from {list(B.PRECISIONS)}")
-    kernels = [k for k in (kernel or registry.names()) if k != "cublas"]
-    points = B.plan(suites, precs, kernels)
-    with Progress(console=console, transient=True) as progress:
-        rows = B.run(points, repeats=repeats if gpu else 1, warmup=warmup, seed=seed, progress=progress)
-    env = environment()
-    peaks = None
-    if gpu:
-        from .analysis.device import query
-        d = query()
-        peaks = {"fp32": d.fp32_tflops, **{("bf16" if k == "bf16" else k): v for k, v in d.tensor_tflops.items()}}
-    paths = B.write(rows, Path(out), env, peaks)
-    t = Table(title=f"tiledmm bench — {env['device']}")
-    for col in ("suite", "shape", "prec", "kernel", "ms", "TFLOP/s", "x cuBLAS", "rel err", "check"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["suite"], r["shape"], r["precision"], r["kernel"], _fmt(r["ms"], ".3f"), _fmt(r["tflops"], ".1f"),
-                  _fmt(r["vs_cublas"], ".2f"), f"{r['rel_err']:.1e}", "ok" if r["ok"] else "[red]FAIL[/red]")
-    console.print(t)
-    g = Table(title="geometric mean x cuBLAS")
-    for col in ("suite", "prec", "kernel", "geomean", "n"):
-        g.add_column(col)
-    for s in B.summary(rows):
-        g.add_row(s["suite"], s["precision"], s["kernel"], _fmt(s["geomean_vs_cublas"], ".3f"), str(s["n"]))
-    console.print(g)
-    if gpu:
-        from .kernels.block import matmul as blk
-        for k, v in blk.variant_choices().items():
-            console.print(f"triton variant for {k}: {v}")
-    console.print("wrote " + ", ".join(map(str, paths)))
     if not all(r["ok"] for r in rows):
         raise typer.Exit(1)
 
 
-def _print_kv(title: str, rows: dict) -> None:
-    t = Table(title=title, show_header=False)
-    t.add_column("what")
-    t.add_column("value", justify="right")
-    for k, v in rows.items():
-        t.add_row(str(k), v if isinstance(v, str) else (f"{v:,.4g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)))
-    console.print(t)
+def _suite_help() -> str:
+    return "; ".join(f"{k}: {v}" for k, v in B.SUITE_HELP.items())
+
+
+@command()
+def bench(suite: Optional[List[str]] = typer.Option(
+              None, "--suite", metavar="NAME",
+              help=f"repeatable. {_suite_help()}. Default: square and irregular on a GPU, emulation without one."),
+          precision: Optional[List[str]] = typer.Option(None, "--precision", "-p", metavar="|".join(B.PRECISIONS),
+                                                        help="repeatable; default fp32, tf32, bf16."),
+          kernel: Optional[List[str]] = typer.Option(None, "--kernel", "-k", metavar="NAME",
+                                                     help="repeatable; default: every kernel."),
+          tile: Optional[List[int]] = typer.Option(None, "--tile", "-t", metavar="T",
+                                                   help="tiles for the kernels that take one (default: each "
+                                                        "kernel's own); repeatable."),
+          out: str = typer.Option("bench-out", metavar="DIR", help="folder for bench.csv, bench.json, bench.png."),
+          repeats: int = typer.Option(20, metavar="N", help="timed runs per point (1 in emulation)."),
+          warmup: int = typer.Option(5, metavar="N", help="untimed runs before timing."),
+          seed: int = typer.Option(0, metavar="N", help="seed of the random inputs.")):
+    """Sweep kernels x shapes x precisions against cuBLAS; write CSV/JSON and PNG plots."""
+    from . import _backend, registry
+    gpu = not _backend.emulating()
+    suites = suite or (["square", "irregular"] if gpu else ["emulation"])
+    for s in suites:
+        if s not in B.SUITES:
+            raise TiledmmError(f"unknown suite {s!r}; choose from {list(B.SUITES)}")
+    precs = precision or ["fp32", "tf32", "bf16"]
+    for p in precs:
+        if p not in B.PRECISIONS:
+            raise TiledmmError(f"unknown precision {p!r}; choose from {list(B.PRECISIONS)}")
+    positive("--repeats", repeats)
+    positive("--warmup", warmup, allow_zero=True)
+    kernels = [k for k in (kernel or registry.names()) if k != "cublas"]
+    for k in kernels:
+        B.tiles_for(k, tile)        # unknown kernel, unsupported tile: refused here
+    outdir = Path(out)
+    if outdir.exists() and not outdir.is_dir():
+        raise TiledmmError(f"--out {out}: exists and is not a folder")
+    base = next(p for p in (outdir, *outdir.absolute().parents) if p.exists())
+    if not base.is_dir() or not os.access(base, os.W_OK):
+        raise TiledmmError(f"--out {out}: cannot create or write it ({base} is not a writable folder)")
+    points = B.plan(suites, precs, kernels, tile)
+    if not points:
+        where = "in emulation (no GPU): SIMT kernels up to 64^3 multiply-adds, triton up to 2^24" if not gpu else ""
+        raise TiledmmError(f"nothing to run: no kernel of {kernels} runs suite(s) {suites} in {precs} {where}; "
+                           + ("try --suite emulation, or a GPU" if not gpu else "choose other kernels"))
+    rows = _run_points(points, repeats=repeats if gpu else 1, warmup=warmup, seed=seed)
+    env = environment()
+    peaks = tuned = None
+    if gpu:
+        from .analysis.device import query
+        d = query()
+        peaks = {"fp32": d.fp32_tflops, **d.tensor_tflops}
+        tuned = _triton_choices()
+    paths = B.write(rows, outdir, env, peaks, tuned)
+    _results(rows, f"tiledmm bench — {env['device']}", suite=True)
+    table("geometric mean x cuBLAS", ("suite", "prec", "kernel", "geomean", "n"),
+          [(s["suite"], s["precision"], s["kernel"], fmt(s["geomean_vs_cublas"], ".3f"), s["n"])
+           for s in B.summary(rows)], right=("geomean", "n"))
+    for k, v in (tuned or {}).get("variants", {}).items():
+        console.print(escape(f"triton variant for {k}: {v}"))
+    console.print(escape("wrote " + ", ".join(map(str, paths))))
+    if not all(r["ok"] for r in rows):
+        raise typer.Exit(1)
+
+
+def _triton_choices() -> dict:
+    """What the Triton autotuners chose, for bench.json (empty where the block family says nothing)."""
+    try:
+        from .kernels.block import matmul as blk
+    except ImportError:
+        return {}
+    return {name: getattr(blk, fn)() for name, fn in (("configs", "tuned_configs"), ("variants", "variant_choices"))
+            if hasattr(blk, fn)}
 
 
 def _profile_or_device(profile: Optional[str]):
@@ -219,10 +360,9 @@ def _profile_or_device(profile: Optional[str]):
 
 
 @command()
-def device(profile: Optional[str] = typer.Option(None, help="a built-in profile (g80, lecture1536, example150, "
-                                                             "ampere, h100) instead of the GPU in use"),
-           measure: bool = typer.Option(True, help="also measure device-to-device copy bandwidth (GPU only)"),
-           as_json: bool = typer.Option(False, "--json")):
+def device(profile: Optional[str] = typer.Option(None, metavar="NAME", help=PROFILE_HELP + "."),
+           measure: bool = typer.Option(True, help="also measure device-to-device copy bandwidth (GPU only)."),
+           as_json: bool = typer.Option(False, "--json", metavar="", help="Print JSON instead of a table.")):
     """The properties the lectures query (cudaGetDeviceProperties), with derived peaks."""
     from . import _backend
     from .analysis.device import measure_copy_bandwidth
@@ -233,214 +373,286 @@ def device(profile: Optional[str] = typer.Option(None, help="a built-in profile 
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    rows["cc"] = f"{d.cc[0]}.{d.cc[1]}"
-    rows["tensor_tflops"] = ", ".join(f"{k} {v:g}" for k, v in d.tensor_tflops.items()) or "-"
-    _print_kv(f"device — {d.name}", rows)
+    rows["cc"] = None if d.cc == (0, 0) else f"{d.cc[0]}.{d.cc[1]}"
+    rows["tensor_tflops"] = ", ".join(f"{k} {v:g}" for k, v in d.tensor_tflops.items()) or None
+    # a profile leaves what the lectures do not say at 0: unknown, shown as '–'
+    kv(f"device — {d.name}", {k: (None if v in (0, 0.0, "") else v) for k, v in rows.items()})
 
 
 @command()
-def occupancy(tile: Optional[int] = typer.Option(None, help="the lectures' tiled kernel with TILE_WIDTH tile"),
-              kernel: Optional[str] = typer.Option(None, help="a registered SIMT kernel: resources read from its "
-                                                              "compiled code (GPU)"),
-              threads: Optional[int] = typer.Option(None, help="threads per block"),
-              shared: int = typer.Option(0, help="shared memory per block, bytes"),
-              regs: int = typer.Option(0, help="registers per thread"),
-              profile: Optional[str] = typer.Option(None, help="built-in profile (default: the GPU in use)"),
-              as_json: bool = typer.Option(False, "--json")):
+def occupancy(tile: Optional[int] = typer.Option(None, metavar="T", help="the lectures' tiled kernel with "
+                                                 "TILE_WIDTH T (T*T threads, two T x T float32 shared tiles)."),
+              kernel: Optional[str] = typer.Option(None, metavar="NAME", help="a registered SIMT kernel: "
+                                                   "resources read from its compiled code (GPU only)."),
+              threads: Optional[int] = typer.Option(None, metavar="N", help="threads per block."),
+              shared: int = typer.Option(0, metavar="BYTES", help="shared memory per block."),
+              regs: int = typer.Option(0, metavar="N", help="registers per thread."),
+              profile: Optional[str] = typer.Option(None, metavar="NAME", help=PROFILE_HELP + "."),
+              as_json: bool = typer.Option(False, "--json", metavar="", help="Print JSON instead of a table.")):
     """Blocks per SM and the limiting factor, by the CUDA rules for the device."""
+    from . import _backend, registry
     from .analysis.occupancy import numba_resources, occupancy as occ, tiled_shared_bytes
+    positive("--tile", tile)
+    positive("--threads", threads)
+    positive("--shared", shared, allow_zero=True)
+    positive("--regs", regs, allow_zero=True)
+    if not (tile or kernel or threads):
+        raise TiledmmError("give --tile, --kernel or --threads")
     d = _profile_or_device(profile)
-    loads = 2
     if kernel:
-        res = numba_resources(kernel, tile or registry_default_tile(kernel))
-        if not res:
-            raise typer.BadParameter("--kernel reads a compiled kernel: needs a GPU and a SIMT kernel")
+        spec = registry.get(kernel)
+        if spec.make is None:
+            raise TiledmmError(f"--kernel {kernel}: not a SIMT kernel (occupancy reads a compiled numba kernel)")
+        if _backend.emulating():
+            raise TiledmmError("--kernel reads the compiled kernel's registers: needs a GPU; "
+                               "without one give --tile, or --threads/--shared/--regs")
+        res = numba_resources(kernel, spec.check_tile(tile))
         threads, shared, regs = res["threads_per_block"], res["shared_per_block"], res["regs_per_thread"]
     elif tile:
         threads, shared = tile * tile, shared or tiled_shared_bytes(tile)
     if not threads:
-        raise typer.BadParameter("give --tile, --kernel or --threads")
-    o = occ(d, threads, shared_per_block=shared, regs_per_thread=regs, loads_per_thread=loads)
+        raise TiledmmError("give --tile, --kernel or --threads")
+    o = occ(d, threads, shared_per_block=shared, regs_per_thread=regs, loads_per_thread=2)
     if as_json:
         print(json.dumps(o.as_dict(), indent=1))
         return
-    _print_kv(f"occupancy — {d.name}", {k: ("-" if v is None else ", ".join(v) if isinstance(v, list) else v)
-                                        for k, v in o.as_dict().items()})
-
-
-def registry_default_tile(kernel: str) -> int:
-    from . import registry
-    return registry.get(kernel).default_tile
+    kv(f"occupancy — {d.name}", {k: (v or None) if k == "why_not" else v for k, v in o.as_dict().items()})
 
 
 @command()
-def model(kernel: List[str] = typer.Option(["naive", "tiled"], "--kernel", "-k"),
-          tile: List[int] = typer.Option([16, 32], "--tile", "-t"),
-          profile: Optional[str] = typer.Option(None, help="built-in profile (default: the GPU in use)"),
-          bandwidth: Optional[float] = typer.Option(None, help="GB/s instead of the profile's peak"),
-          peak: Optional[float] = typer.Option(None, help="GFLOP/s instead of the profile's FP32 peak"),
-          as_json: bool = typer.Option(False, "--json")):
+def model(kernel: Optional[List[str]] = typer.Option(None, "--kernel", "-k", metavar="NAME",
+                                                     help="repeatable; default naive and tiled."),
+          tile: Optional[List[int]] = typer.Option(None, "--tile", "-t", metavar="T",
+                                                   help="repeatable; default 16 and 32 where the kernel takes "
+                                                        "them, else its own."),
+          profile: Optional[str] = typer.Option(None, metavar="NAME", help=PROFILE_HELP + "."),
+          bandwidth: Optional[float] = typer.Option(None, metavar="GB/s", help="instead of the profile's peak."),
+          peak: Optional[float] = typer.Option(None, metavar="GFLOP/s", help="instead of the profile's FP32 peak."),
+          as_json: bool = typer.Option(False, "--json", metavar="", help="Print JSON instead of a table.")):
     """Global bytes per FLOP, the bandwidth-bound ceiling BW/(B/FLOP), and which bound binds."""
     from . import registry
     from .analysis.model import roofline
+    positive("--bandwidth", bandwidth)
+    positive("--peak", peak)
     d = _profile_or_device(profile)
     rows = []
-    for k in kernel:
+    for k in kernel or ["naive", "tiled"]:
         spec = registry.get(k)
-        for t in ([None] if k.startswith("naive") or not spec.tiles else [t for t in tile if t in spec.tiles]
-                  or [spec.default_tile]):
-            rows.append(roofline(k, d, t, bandwidth_gbs=bandwidth, peak_gflops=peak).as_dict())
+        if tile:
+            tiles = B.tiles_for(k, tile)
+        else:
+            tiles = [t for t in (16, 32) if t in spec.tiles] or [spec.default_tile]
+        seen = {}
+        for t in tiles:
+            r = roofline(k, d, t, bandwidth_gbs=bandwidth, peak_gflops=peak).as_dict()
+            if r["bytes_per_flop"] in seen:     # traffic independent of the tile (naive): one row, tile '–'
+                seen[r["bytes_per_flop"]]["tile"] = None
+                continue
+            seen[r["bytes_per_flop"]] = r
+            rows.append(r)
     if as_json:
         print(json.dumps(rows, indent=1))
         return
-    t = Table(title=f"traffic model — {d.name}")
-    for col in ("kernel", "tile", "B/FLOP", "FLOP/B", "BW GB/s", "BW-bound GFLOP/s", "peak GFLOP/s", "binds"):
-        t.add_column(col, justify="right")
-    for r in rows:
-        t.add_row(r["kernel"], _fmt(r["tile"], "d"), f"{r['bytes_per_flop']:.4g}", f"{r['intensity']:.3g}",
-                  f"{r['bandwidth_gbs']:.4g}", f"{r['memory_bound_gflops']:,.1f}",
-                  f"{r['compute_peak_gflops']:,.1f}", r["binds"])
-    console.print(t)
+    table(f"traffic model — {d.name}",
+          ("kernel", "tile", "B/FLOP", "FLOP/B", "BW GB/s", "BW-bound GFLOP/s", "peak GFLOP/s", "binds"),
+          [(r["kernel"], r["tile"], f"{r['bytes_per_flop']:.4g}", f"{r['intensity']:.3g}", f"{r['bandwidth_gbs']:.4g}",
+            f"{r['memory_bound_gflops']:,.1f}", fmt(r["compute_peak_gflops"] or None, ",.1f"), r["binds"])
+           for r in rows], right=("tile", "B/FLOP", "FLOP/B", "BW GB/s", "BW-bound GFLOP/s", "peak GFLOP/s"))
 
 
 @command()
-def burst(burst_bytes: int = typer.Option(512, "--burst", help="DRAM burst size, bytes"),
-          peak: float = typer.Option(240.0, help="peak bandwidth, GB/s"),
-          index: List[str] = typer.Option(["4*i", "4*i+1"], "--index", help="element index each thread i reads"),
-          threads: int = typer.Option(1024), itemsize: int = typer.Option(4),
-          as_json: bool = typer.Option(False, "--json")):
+def burst(burst_bytes: int = typer.Option(512, "--burst", metavar="BYTES", help="DRAM burst size."),
+          peak: float = typer.Option(240.0, metavar="GB/s", help="peak bandwidth."),
+          index: List[str] = typer.Option(["4*i", "4*i+1"], "--index", metavar="EXPR",
+                                          help="element index each thread i reads (i, integers, + - *); "
+                                               "repeatable."),
+          threads: int = typer.Option(1024, metavar="N", help="threads reading."),
+          itemsize: int = typer.Option(4, metavar="BYTES", help="bytes per element."),
+          as_json: bool = typer.Option(False, "--json", metavar="", help="Print JSON instead of a table.")):
     """Useful fraction of each DRAM burst for an access pattern, and the data rate it allows."""
     from .analysis.burst import burst_efficiency, parse_index, pattern
-    r = burst_efficiency(pattern([parse_index(e) for e in index], threads, itemsize), burst_bytes, peak)
+    for name, v in (("--burst", burst_bytes), ("--peak", peak), ("--threads", threads), ("--itemsize", itemsize)):
+        positive(name, v)
+    if threads * len(index) > 2 ** 22:
+        raise TiledmmError(f"--threads {threads} x {len(index)} indices: at most {2 ** 22:,} accesses")
+    fns = [parse_index(e) for e in index]
+    r = burst_efficiency(pattern(fns, threads, itemsize), burst_bytes, peak)
     if as_json:
         print(json.dumps(r.as_dict(), indent=1))
         return
-    _print_kv(f"burst model — reads {' + '.join(f'A[{e}]' for e in index)}", r.as_dict())
+    kv(f"burst model — each thread i reads {' and '.join(f'A[{e}]' for e in index)}", r.as_dict())
 
 
-def _ensure_emulation(argv_tail: list) -> None:
+def _ensure_emulation() -> None:
     """Traces need the CUDA simulator: on a GPU process, re-run this command in emulation."""
     from . import _backend
     if _backend.emulating():
         return
     import subprocess
     env = dict(os.environ, TILEDMM_EMULATE="1", TILEDMM_QUIET="1")
-    raise typer.Exit(subprocess.call([sys.executable, "-m", "tiledmm.cli", *argv_tail], env=env))
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "tiledmm.cli", *sys.argv[1:]], env=env))
+
+
+def _traced(kernel: str, shape: tuple, tile, what: str):
+    """Record a trace with a progress bar (one step per block)."""
+    from .analysis.trace import trace as run_trace
+    with progress_bar() as progress:
+        task = progress.add_task(f"{what}: simulating {kernel} {'x'.join(map(str, shape))}", total=None)
+        return run_trace(kernel, shape, tile,
+                         progress=lambda done, total: progress.update(task, completed=done, total=total))
 
 
 @command()
-def trace(kernel: str = typer.Option("tiled", "--kernel", "-k"), shape: str = typer.Option("3x3x3", "--shape", "-s"),
-          tile: Optional[int] = typer.Option(None, "--tile", "-t", help="TILE_WIDTH (default: the slides' 2 "
-                                                                          "where the kernel takes it, else its own)"),
-          phases: bool = typer.Option(True, help="print per block/phase"),
-          as_json: bool = typer.Option(False, "--json")):
+def trace(kernel: str = typer.Option("tiled", "--kernel", "-k", metavar="NAME", help="a SIMT kernel."),
+          shape: str = typer.Option("3x3x3", "--shape", "-s", metavar="JxKxL", help="P = M (JxK) @ N (KxL); "
+                                    "J*K*L <= 64^3."),
+          tile: Optional[int] = typer.Option(None, "--tile", "-t", metavar="T", help="TILE_WIDTH (default: the "
+                                             "slides' 2 where the kernel takes it, else its own)."),
+          phases: bool = typer.Option(True, help="print the per block and phase table."),
+          as_json: bool = typer.Option(False, "--json", metavar="", help="Print JSON instead of tables.")):
     """Record every memory access of a SIMT kernel (in the simulator) and report reuse,
     coalescing, bank conflicts, and per block and phase what was loaded, zero-filled and stored."""
-    _ensure_emulation(sys.argv[1:])
     from . import registry
-    from .analysis.trace import trace as run_trace
+    from .analysis.trace import check_request, describe_step
     spec = registry.get(kernel)
     if tile is None and spec.tiles:
         tile = 2 if 2 in spec.tiles else spec.default_tile
-    tr = run_trace(kernel, parse_shape(shape)[-3:], tile)
+    dims = parse_shape(shape, batch=False)
+    tile = check_request(kernel, dims, tile)
+    _ensure_emulation()
+    tr = _traced(kernel, dims, tile, "trace")
     summ = tr.summary()
     if as_json:
-        summ["phases"] = tr.phases()
+        summ["phases"] = [dict(p, shared={a: {",".join(map(str, i)): v for i, v in cells.items()}
+                                          for a, cells in p["shared"].items()}) for p in tr.phases()]
         print(json.dumps(summ, indent=1, default=str))
         return
-    _print_kv(f"trace — {kernel}{f' TILE {tile}' if tile else ''} {shape}: grid {tr.grid}, block {tr.block}, "
-              f"{'correct' if tr.result_ok else 'WRONG'}", summ["counts"])
-    t = Table(title="reuse: global loads per element")
-    for col in ("array", "loads", "unique", "per element", "min", "max"):
-        t.add_column(col, justify="right")
-    for a, r in summ["reuse"].items():
-        t.add_row(a, str(r["loads"]), str(r["unique"]), f"{r['loads_per_element']:.3g}", str(r["min"]), str(r["max"]))
-    console.print(t)
-    t = Table(title="coalescing: per warp request")
-    for col in ("access", "requests", "sectors/request", "128B lines/request", "threads/request"):
-        t.add_column(col, justify="right")
-    for a, r in summ["coalescing"].items():
-        t.add_row(a, str(r["requests"]), f"{r['sectors_per_request']:.3g}", f"{r['lines_per_request']:.3g}",
-                  f"{r['threads_per_request']:.3g}")
-    console.print(t)
-    t = Table(title="shared memory bank conflicts")
-    for col in ("access", "requests", "extra wavefronts", "worst n-way"):
-        t.add_column(col, justify="right")
-    for a, r in summ["bank_conflicts"].items():
-        t.add_row(a, str(r["requests"]), str(r["extra_wavefronts"]), str(r["worst_ways"]))
-    console.print(t)
+    kv(f"trace — {kernel}{f' TILE_WIDTH {tile}' if tile else ''} {shape}: gridDim {tr.grid}, blockDim {tr.block}, "
+       f"result {'correct' if tr.result_ok else 'WRONG'}", summ["counts"])
+    table("reuse: global loads per element", ("array", "loads", "unique", "per element", "min", "max"),
+          [(a, r["loads"], r["unique"], f"{r['loads_per_element']:.3g}", r["min"], r["max"])
+           for a, r in summ["reuse"].items()], right=("loads", "unique", "per element", "min", "max"))
+    table("coalescing: per warp request", ("access", "requests", "sectors/request", "128B lines/request",
+                                           "threads/request"),
+          [(a, r["requests"], f"{r['sectors_per_request']:.3g}", f"{r['lines_per_request']:.3g}",
+            f"{r['threads_per_request']:.3g}") for a, r in summ["coalescing"].items()],
+          right=("requests", "sectors/request", "128B lines/request", "threads/request"))
+    table("shared memory bank conflicts", ("access", "requests", "extra wavefronts", "worst n-way"),
+          [(a, r["requests"], r["extra_wavefronts"], r["worst_ways"]) for a, r in summ["bank_conflicts"].items()],
+          right=("requests", "extra wavefronts", "worst n-way"))
     if phases:
-        for p in tr.phases():
-            console.print(f"block {p['block'][:2]} phase {p['phase']}: M {p['M']} N {p['N']} "
-                          f"zero-filled {p['zero_filled']} stored {p['stored']}")
+        table("per block and phase (blockIdx.x, blockIdx.y; threads as threadIdx.x,y)",
+              ("blockIdx.x", "blockIdx.y", "step", "M loaded", "N loaded", "zero-filled", "P stored", "by threads"),
+              [describe_step(p) for p in tr.phases()], right=("blockIdx.x", "blockIdx.y"))
 
 
 @command()
-def explain(shape: str = typer.Option("3x3x3", "--shape", "-s"), tile: int = typer.Option(2, "--tile", "-t"),
-            out: str = typer.Option("explain.svg", help="output file: .svg or .png")):
-    """Draw the slides' toy example from a trace: per block and phase, the loaded tiles,
-    the zero-filled shared cells, and the threads that store P."""
-    _ensure_emulation(sys.argv[1:])
-    from .analysis.explain import explain_figure
-    from .analysis.trace import trace as run_trace
-    path = explain_figure(run_trace("tiled", parse_shape(shape)[-3:], tile), out)
-    console.print(f"wrote {path}")
+def explain(shape: str = typer.Option("3x3x3", "--shape", "-s", metavar="JxKxL",
+                                      help="P = M (JxK) @ N (KxL); per-thread detail up to 8 in each dimension, "
+                                           "a per-block summary beyond."),
+            tile: int = typer.Option(2, "--tile", "-t", metavar="T", help="TILE_WIDTH of the tiled kernel."),
+            out: str = typer.Option("explain.svg", metavar="FILE", help="output file: .svg, .png or .pdf.")):
+    """Draw the slides' tiled example from a trace: per block and phase, the tiles loaded,
+    the shared-tile contents (zero-filled cells grey), and the threads that store P."""
+    from .analysis.explain import check_explain, explain_figure
+    dims = parse_shape(shape, batch=False)
+    path = writable(out, (".svg", ".png", ".pdf"))
+    view = check_explain(dims, tile)
+    _ensure_emulation()
+    tr = _traced("tiled", dims, tile, "explain")
+    with progress_bar() as progress:
+        task = progress.add_task("drawing", total=None)
+        explain_figure(tr, path, view=view,
+                       progress=lambda done, total: progress.update(task, completed=done, total=total))
+    console.print(escape(f"wrote {path} ({view} view)"))
 
 
 @command()
-def roofline(bench_json: Optional[str] = typer.Option(None, "--bench", help="bench.json to place measured points"),
-             profile: Optional[str] = typer.Option(None), out: str = typer.Option("roofline.png"),
-             bandwidth: Optional[float] = typer.Option(None, help="GB/s (e.g. the measured copy rate)")):
-    """Roofline chart (PNG): each SIMT kernel at its modelled intensity and, with --bench, its measured rate."""
+def roofline(bench_json: Optional[str] = typer.Option(None, "--bench", metavar="FILE",
+                                                      help="a bench.json from a GPU run: its fp32 rates are placed "
+                                                           "as measured points."),
+             profile: Optional[str] = typer.Option(None, metavar="NAME", help=PROFILE_HELP + "."),
+             out: str = typer.Option("roofline.png", metavar="FILE", help="output file: .png, .svg or .pdf."),
+             bandwidth: Optional[float] = typer.Option(None, metavar="GB/s",
+                                                       help="instead of the profile's peak (e.g. the measured "
+                                                            "copy rate).")):
+    """Roofline chart: each SIMT kernel at its modelled intensity and, with --bench, its measured rate."""
     from . import registry
     from .analysis.explain import roofline_figure
     from .analysis.model import bytes_per_flop
+    positive("--bandwidth", bandwidth)
+    path = writable(out, (".png", ".svg", ".pdf"))
     d = _profile_or_device(profile)
-    measured = {}
-    if bench_json:
-        for r in json.loads(open(bench_json).read())["rows"]:
-            if r["precision"] == "fp32" and r["tflops"]:
-                key = (r["kernel"], r["tile"])
-                measured[key] = max(measured.get(key, 0), r["tflops"] * 1000)
+    measured = _measured(bench_json) if bench_json else {}
     points = []
     for s in registry.all_specs():
-        if s.family != "simt":
+        if s.make is None or s.block_tile is None:     # the SIMT kernels (what the model describes)
             continue
-        for t in ([s.default_tile] if s.name != "tiled" else [16, 32]):
-            points.append({"label": f"{s.name}" + (f" T{t}" if s.name == "tiled" else ""),
-                           "intensity": 1 / bytes_per_flop(s.name, t), "gflops": measured.get((s.name, t))})
-    console.print(f"wrote {roofline_figure(d, points, out, bandwidth)}")
+        seen = set()
+        for t in dict.fromkeys([s.default_tile, max(s.tiles, default=None)]):
+            i = 1 / bytes_per_flop(s.name, t)
+            if i in seen:
+                continue
+            seen.add(i)
+            label = s.name + (f" T{t}" if len(s.tiles) > 1 and len({bytes_per_flop(s.name, u) for u in s.tiles}) > 1
+                              else "")
+            points.append({"label": label, "intensity": i, "gflops": measured.get((s.name, t))})
+    console.print(escape(f"wrote {roofline_figure(d, points, path, bandwidth)}"))
+
+
+def _measured(path: str) -> dict:
+    """(kernel, tile) -> best fp32 GFLOP/s from a bench.json; emulation timings are refused."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        rows = doc["rows"]
+        emulated = doc.get("environment", {}).get("mode") == "emulation" or any(r.get("emulated") for r in rows)
+    except FileNotFoundError:
+        raise TiledmmError(f"--bench {path}: no such file") from None
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
+        raise TiledmmError(f"--bench {path}: not a bench.json written by `tiledmm bench`") from None
+    if emulated:
+        raise TiledmmError(f"--bench {path}: its times are emulation (CPU simulator) times, which say nothing "
+                           "about GPU speed; give a bench.json from a GPU run, or leave --bench out")
+    measured = {}
+    for r in rows:
+        if r.get("precision") == "fp32" and r.get("tflops"):
+            key = (r["kernel"], r.get("tile"))
+            measured[key] = max(measured.get(key, 0), r["tflops"] * 1000)
+    return measured
 
 
 @command()
-def claims(markdown: Optional[str] = typer.Option(None, help="write the table as Markdown to this file")):
+def claims(markdown: Optional[str] = typer.Option(None, metavar="FILE", help="also write the table as Markdown "
+                                                  "(docs/claims.md is written this way).")):
     """Every quantitative claim in the lectures, recomputed by tiledmm (traces need emulation)."""
     from . import _backend
-    from .analysis.claims import markdown as md, table
-    _ensure_emulation(sys.argv[1:])
-    rows = table(_backend.emulating())
-    if markdown:
-        open(markdown, "w").write(md(rows))
-        console.print(f"wrote {markdown}")
-    t = Table(title="the lectures' numbers, recomputed")
-    for col in ("seed", "claim", "slide", "tiledmm", "agrees"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["seed"], r["claim"], str(r["slide"]), str(r["tiledmm"]),
-                  {True: "yes", False: "[yellow]no[/yellow]", None: "-"}[r["agrees"]])
-    console.print(t)
+    from .analysis.claims import markdown as md, table as claims_table
+    path = writable(markdown) if markdown else None
+    _ensure_emulation()
+    rows = claims_table(_backend.emulating())
+    if path:
+        path.write_text(md(rows))
+    notes = [r for r in rows if r["note"]]
+    mark = {r["id"]: f" ({i})" for i, r in enumerate(notes, start=1)}
+    table("the lectures' numbers, recomputed", ("seed", "claim", "slide", "tiledmm", "agrees"),
+          [(r["seed"], r["claim"], str(r["slide"]), str(r["tiledmm"]),
+            {True: Text("yes"), False: Text("no", style="yellow"), None: Text("–")}[r["agrees"]]
+            + Text(mark.get(r["id"], ""))) for r in rows])
+    for r in notes:   # why a slide and tiledmm differ (and other notes), unwrapped
+        console.print(Text(f"({mark[r['id']].strip()[1:-1]}) {r['id']}: {r['note']}"), soft_wrap=True)
+    if path:
+        console.print(escape(f"wrote {path}"))
 
 
 @command("kernels")
 def list_kernels():
     """List the registered kernels."""
     from . import registry
-    t = Table(title="tiledmm kernels")
-    for col in ("name", "family", "dtypes", "tiles", "summary"):
-        t.add_column(col)
-    for s in registry.all_specs():
-        t.add_row(s.name, s.family, ",".join(s.dtypes), ",".join(map(str, s.tiles)) or "-", s.summary)
-    console.print(t)
+    table("tiledmm kernels", ("name", "family", "dtypes", "tiles", "summary"),
+          [(s.name, s.family, s.dtypes, s.tiles or None, s.summary) for s in registry.all_specs()])
+
+
+from . import cli_dist  # noqa: E402,F401  (registers `tiledmm dist`)
 
 
 def main() -> None:  # console script entry

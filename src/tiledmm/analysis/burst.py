@@ -24,7 +24,10 @@ class BurstResult:
 
 
 def burst_efficiency(accesses: Iterable[tuple[int, int]], burst: int, peak_gbs: float) -> BurstResult:
-    """accesses: (byte offset, byte count) pairs."""
+    """accesses: (byte offset, byte count) pairs; ``burst`` bytes per DRAM burst (> 0)."""
+    if burst <= 0:
+        from .._arrays import TiledmmError
+        raise TiledmmError(f"burst size must be > 0 bytes, got {burst}")
     used: set[int] = set()
     for off, n in accesses:
         used.update(range(off, off + n))
@@ -40,13 +43,18 @@ def pattern(index_fns: list[Callable[[int], int]], threads: int, itemsize: int =
 
 
 def parse_index(expr: str) -> Callable[[int], int]:
-    """'4*i+1' -> lambda i: 4*i+1 (digits, i, + - * only)."""
+    """'4*i+1' -> lambda i: 4*i+1 (digits, i, + - * only; a well-formed expression)."""
+    from .._arrays import TiledmmError
     allowed = set("0123456789i+-* ")
-    if not expr or set(expr) - allowed:
-        from .._arrays import TiledmmError
-        raise TiledmmError(f"index expression {expr!r}: use i, integers, + - * only (e.g. 4*i+1)")
-    code = compile(expr, "<index>", "eval")
+    bad = f"index expression {expr!r}: use i, integers, + - * only (e.g. 4*i+1)"
+    if not expr or not expr.strip() or set(expr) - allowed or "**" in expr.replace(" ", ""):
+        raise TiledmmError(bad)
+    try:
+        code = compile(expr, "<index>", "eval")
+        eval(code, {"__builtins__": {}}, {"i": 0})  # noqa: S307 (validated above)
+    except SyntaxError:
+        raise TiledmmError(bad + " -- it does not parse") from None
     return lambda i: eval(code, {"__builtins__": {}}, {"i": i})  # noqa: S307 (validated above)
 
 
-__all__ = ["BurstResult", "burst_efficiency", "pattern", "parse_index", "asdict"]
+__all__ = ["BurstResult", "burst_efficiency", "pattern", "parse_index"]

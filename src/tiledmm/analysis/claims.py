@@ -1,6 +1,8 @@
-"""Every quantitative claim in the lectures (../shared/seeds/), recomputed by tiledmm.
+"""Every quantitative claim in the lectures, recomputed by tiledmm.
 
-Each claim names its seed file, the tiledmm command that computes it, the value the
+The lectures: a university course's lecture set on the tiled matrix-multiplication kernel
+(UIUC ECE408 and the Kirk/Hwu textbook's G80 chapter, Bertini's and a GP-GPU course's
+slides). Each claim names its lecture, the tiledmm command that computes it, the value the
 slide states, and a function that computes the value from tiledmm's models, traces
 and profiles. ``tiledmm claims`` prints the table; ``--markdown`` writes docs/claims.md.
 Where tiledmm and a slide disagree, ``note`` says why.
@@ -10,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-SEEDS = {"000": "000_81271c2602c9a15b.txt (UIUC ECE408 Su24 L6)", "001": "001_b8209afb1abaf503.txt (ECE408 Fa24 L6)",
-         "002": "002_4a4803167781954c.txt (Kirk/Hwu, G80)", "003": "003_6426fe4d23a881a0.txt (Bertini)",
-         "004": "004_b8f1b12fd4f29111.txt (GP-GPU L07)"}
+SEEDS = {"000": "UIUC ECE408 Summer 2024, lecture 6", "001": "UIUC ECE408 Fall 2024, lecture 6",
+         "002": "Kirk/Hwu, tiled matrix multiplication on the G80", "003": "Bertini, tiled matrix multiplication",
+         "004": "GP-GPU course, lecture 7 (bandwidth and tiling)"}
 
 
 @dataclass
@@ -83,8 +85,17 @@ def _phases():
                       if p["block"][:2] == (0, 0) and (p["M"] or p["N"])}) for w in (3, 4))
 
 
-def _warps(blocks, threads):
-    return blocks * threads // 32
+def _loads_per_phase_16():
+    """A TILE-16 block's global loads in one phase (traced) and the FLOP they feed (the model)."""
+    t = _trace("tiled", (16, 16, 16), 16)
+    loads = sum(1 for e in t.events if e.space == "global" and e.op == "ld")
+    return loads, int(loads * 4 / _roof("tiled", "g80", 16, "bytes_per_flop"))
+
+
+def _blocks_1024():
+    from .. import registry
+    grid, _ = registry.get("tiled").launch_config(16, 1024, 1024, 1024)
+    return grid[0] * grid[1]
 
 
 CLAIMS = [
@@ -103,15 +114,14 @@ CLAIMS = [
     Claim("g80-256thr", "002", "TILE_WIDTH 16: 16*16 = 256 threads per block", "tiledmm occupancy --tile 16 --profile g80",
           256, lambda: _occ("g80", 16, "threads_per_block")),
     Claim("g80-4096blk", "002", "a 1024x1024 P with TILE_WIDTH 16: 64*64 = 4,096 blocks",
-          "python -c 'from tiledmm.kernels.simt._launch import lecture_config as c; print(c(16,1024,1024,1024))'",
-          4096, lambda: (lambda g: g[0][0] * g[0][1])(__import__("tiledmm.kernels.simt._launch",
-                                                                   fromlist=["x"]).lecture_config(16, 1024, 1024, 1024))),
+          "tiledmm run -s 1024x1024x1024 -k tiled -t 16 (grid 64 x 64)", 4096, _blocks_1024),
     Claim("g80-3blk", "002", "G80, TILE 16: 3 blocks (768 threads) per SM, limited by threads",
           "tiledmm occupancy --tile 16 --profile g80", (3, 768, ["threads"]),
           lambda: (_occ("g80", 16, "blocks_per_sm"), _occ("g80", 16, "active_threads"), _occ("g80", 16, "limited_by"))),
     Claim("g80-512-8192", "002", "per phase a TILE-16 block makes 2*256 = 512 loads for 256*(2*16) = 8,192 mul/add",
-          "tiledmm model (tiled, T=16: 4/16 B per FLOP)", (512, 8192),
-          lambda: (2 * 256, int(2 * 256 * 4 / _roof("tiled", "g80", 16, "bytes_per_flop")))),
+          "tiledmm trace -s 16x16x16 -t 16; tiledmm model --profile g80 --tile 16", (512, 8192),
+          _loads_per_phase_16, needs_emulation=True,
+          note="8,192 counts multiplies and adds separately: 4,096 multiply-adds"),
     Claim("smem-2k-8k", "002/003", "shared memory per block: 2 KB for TILE 16, 8 KB for TILE 32",
           "tiledmm occupancy --tile 16|32 --profile g80", (2048, 8192),
           lambda: (_occ("g80", 16, "shared_per_block"), _occ("g80", 32, "shared_per_block"))),
@@ -152,8 +162,8 @@ CLAIMS = [
                "address; launched along P's rows (naive-uncoalesced) every thread's M read is its own sector"),
     Claim("block11", "000/001/003", "3x3 with TILE 2: Block(1,1) stores only P[2,2]",
           "tiledmm trace --shape 3x3x3 --tile 2", [[2, 2]], _stores_block11, needs_emulation=True),
-    Claim("64warps", "004", "2 blocks of 1,024 threads = 64 warps", "(arithmetic: blocks x threads / 32)", 64,
-          lambda: _warps(2, 1024)),
+    Claim("64warps", "004", "2 blocks of 1,024 threads = 64 warps", "tiledmm occupancy --tile 32 --profile ampere",
+          64, lambda: _occ("ampere", 32, "active_warps")),
     Claim("phases", "000/001", "(Width-1)/TILE_WIDTH + 1 phases, for multiples and non-multiples",
           "tiledmm trace --shape 3x3x3 --tile 2 (phases per block)", (2, 2), _phases, needs_emulation=True),
 ]
@@ -175,7 +185,7 @@ def table(emulating: bool) -> list[dict]:
 def markdown(rows: list[dict]) -> str:
     out = ["# Every number in the lectures, recomputed", "",
            "Generated by `tiledmm --emulate claims --markdown docs/claims.md`; `tests/test_claims.py` asserts each "
-           "row from the code. Seeds: " + "; ".join(f"{k} = {v}" for k, v in SEEDS.items()) + ".", "",
+           "row from the code. Lectures (the seed column): " + "; ".join(f"{k} = {v}" for k, v in SEEDS.items()) + ".", "",
            "| claim | seed | command | slide | tiledmm | agrees | why not |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         agree = {True: "yes", False: "**no**", None: "-"}[r["agrees"]]

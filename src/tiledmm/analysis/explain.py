@@ -1,88 +1,268 @@
-"""Pictures: the slides' toy examples drawn from a recorded trace, and a roofline chart.
+"""Pictures: the slides' tiled example drawn from a recorded trace, and a roofline chart.
 
-``explain_figure`` draws one row per (block, phase) of a tiled run: the M, N and P
-grids, with the elements loaded from global memory in that phase, the shared-tile
-cells that were zero-filled (the lectures' "write 0 for missing elements"), and the
-P elements stored (with the storing thread). Written as SVG or PNG by matplotlib.
+``explain_figure`` has two views, chosen by ``check_explain`` from the problem size:
+
+* detail (toy sizes: every dimension <= 8, TILE_WIDTH <= 4, at most 16 steps): one row per block and step
+  (Phase 0..n-1, then the store): the M, N and P grids with every element named, the two
+  shared tiles with what each cell received (``M0,2``, or a grey ``0`` where the lectures
+  write 0 for a missing element), and which thread (threadIdx.x,y) stored each P element;
+* summary (up to 36 blocks and 16 phases, J*K*L <= 64^3): one row per block: M and N with
+  each phase's tile outlined and numbered, P with the block's tile and the elements it
+  stored, and a text column per phase (tile rows and columns, zero-filled cells, stores).
+
+Past those limits it refuses with the reason, before any work.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+DETAIL_MAX_DIM, DETAIL_MAX_TILE, DETAIL_MAX_STEPS = 8, 4, 16
+SUMMARY_MAX_BLOCKS, SUMMARY_MAX_PHASES = 36, 16
 
-def _grid(ax, rows, cols, title, fill: dict, labels: dict):
-    import matplotlib.patches as patches
+C_M, C_N, C_STORE, C_BLOCK, C_ZERO = "#7fb3ff", "#ffb37f", "#7fdf7f", "#eeeeee", "#bbbbbb"
+C_SM, C_SN = "#cfe1ff", "#ffe1cc"
+
+
+def check_explain(shape: tuple, tile: int) -> str:
+    """'detail' or 'summary' for a J x K x L product with TILE_WIDTH ``tile``; raises TiledmmError
+    past the limits (checked before any work)."""
+    from .. import registry
+    from .._arrays import TiledmmError
+    from .trace import check_request
+    check_request("tiled", shape, tile)
+    J, K, L = shape
+    blocks = math.ceil(J / tile) * math.ceil(L / tile)
+    phases = math.ceil(K / tile)
+    if max(shape) <= DETAIL_MAX_DIM and tile <= DETAIL_MAX_TILE and blocks * (phases + 1) <= DETAIL_MAX_STEPS:
+        return "detail"
+    if blocks > SUMMARY_MAX_BLOCKS or phases > SUMMARY_MAX_PHASES:
+        sizes = [t for t in registry.get("tiled").tiles
+                 if math.ceil(J / t) * math.ceil(L / t) <= SUMMARY_MAX_BLOCKS and math.ceil(K / t) <= SUMMARY_MAX_PHASES]
+        raise TiledmmError(
+            f"explain draws at most {SUMMARY_MAX_BLOCKS} blocks and {SUMMARY_MAX_PHASES} phases; {J}x{K}x{L} with "
+            f"TILE_WIDTH {tile} has {blocks} blocks and {phases} phases: "
+            + (f"use --tile {' or '.join(map(str, sizes))}" if sizes else "use a smaller --shape"))
+    return "summary"
+
+
+def _frame(ax, rows, cols, title):
     ax.set_xlim(0, cols)
     ax.set_ylim(rows, 0)
     ax.set_aspect("equal")
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_title(title, fontsize=8)
+
+
+def _grid(ax, rows, cols, title, fill: dict, labels: dict):
+    import matplotlib.patches as patches
+    _frame(ax, rows, cols, title)
+    # a panel is about 135 pt wide: the label font shrinks with the cells, so labels never touch
+    widest = max((len(v) for v in labels.values()), default=1)
+    fontsize = min(7.0, 1.15 * 135 / max(rows, cols) / widest)
     for r in range(rows):
         for c in range(cols):
-            ax.add_patch(patches.Rectangle((c, r), 1, 1, fill=True, lw=0.8, ec="black",
-                                           fc=fill.get((r, c), "white")))
+            ax.add_patch(patches.Rectangle((c, r), 1, 1, fill=True, lw=0.8, ec="black", fc=fill.get((r, c), "white")))
             if (r, c) in labels:
-                ax.text(c + 0.5, r + 0.5, labels[(r, c)], ha="center", va="center", fontsize=6)
+                ax.text(c + 0.5, r + 0.5, labels[(r, c)], ha="center", va="center", fontsize=fontsize)
 
 
-def explain_figure(tr, path: Path) -> Path:
+def _block_name(st) -> str:
+    return f"blockIdx.x={st['block'][0]}, blockIdx.y={st['block'][1]}"
+
+
+def _legend(fig, entries, y):
+    import matplotlib.patches as patches
+    handles = [patches.Patch(fc=c, ec="black", label=t) for c, t in entries]
+    fig.legend(handles=handles, loc="upper center", ncol=min(4, len(handles)), fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, y))
+
+
+def explain_figure(tr, path: Path, view: str | None = None, progress=None) -> Path:
+    """Draw ``tr`` (a trace of the tiled kernel) to ``path`` (.svg, .png, .pdf); ``progress(done, total)``
+    after each row."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    J, K, L = tr.shape
-    T = tr.tile
-    steps = [p for p in tr.phases() if p["M"] or p["N"] or p["stored"] or p["zero_filled"]]
-    fig, axes = plt.subplots(len(steps), 5, figsize=(12, 2.2 * len(steps)), squeeze=False)
-    for row, st in zip(axes, steps):
-        bx, by = st["block"][0], st["block"][1]
-        ph = st["phase"]
-        store_step = bool(st["stored"]) and not st["M"]
-        head = f"Block(y={by},x={bx}) " + ("stores" if store_step else f"phase {ph}")
-        _grid(row[0], J, K, f"{head}\nM (J x K) loaded", {i: "#7fb3ff" for i in st["M"]},
-              {i: f"M{i[0]},{i[1]}" for i in st["M"]})
-        _grid(row[1], K, L, "N (K x L) loaded", {i: "#ffb37f" for i in st["N"]},
-              {i: f"N{i[0]},{i[1]}" for i in st["N"]})
-        zM = set(map(tuple, st["zero_filled"].get("subTileM", [])))
-        zN = set(map(tuple, st["zero_filled"].get("subTileN", [])))
-        _grid(row[2], T, T, "shared M tile\n(grey: wrote 0)", {i: "#cccccc" for i in zM}, {i: "0" for i in zM})
-        _grid(row[3], T, T, "shared N tile\n(grey: wrote 0)", {i: "#cccccc" for i in zN}, {i: "0" for i in zN})
-        blk = {(by * T + r, bx * T + c) for r in range(T) for c in range(T)}
-        fills = {i: "#eeeeee" for i in blk if i[0] < J and i[1] < L}
-        fills.update({tuple(i): "#7fdf7f" for i in st["stored"]})
-        labels = {tuple(i): f"t{t[1]},{t[0]}" for i, t in zip(st["stored"], st["storing_threads"])}
-        _grid(row[4], J, L, "P (green: stored,\nlabel threadIdx y,x)", fills, labels)
-    fig.suptitle(f"{tr.kernel}, TILE_WIDTH {T}, {J}x{K} @ {K}x{L}: grid {tr.grid[1]}x{tr.grid[0]} blocks", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / max(len(steps), 1)))
+    view = view or check_explain(tr.shape, tr.tile)
+    fig = (_detail if view == "detail" else _summary)(plt, tr, progress)
     path = Path(path)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
 
+def _detail(plt, tr, progress):
+    J, K, L = tr.shape
+    T = tr.tile
+    steps = [p for p in tr.phases() if p["M"] or p["N"] or p["stored"] or p["shared"]]
+    top = 0.9   # inches for title and legend
+    h = 2.7 * len(steps) + top
+    fig, axes = plt.subplots(len(steps), 5, figsize=(13, h), squeeze=False)
+    held = {}     # per block: the shared tiles as the last phase left them (the store reads them)
+    for n, (row, st) in enumerate(zip(axes, steps)):
+        head = f"{_block_name(st)} — {st['step']}"
+        shared = held[st["block"]] = st["shared"] or held.get(st["block"], {})
+        _grid(row[0], J, K, f"{head}\nM (J x K): M[row,col] loaded this step", {i: C_M for i in st["M"]},
+              {i: f"{i[0]},{i[1]}" for i in st["M"]})
+        _grid(row[1], K, L, "N (K x L): N[row,col] loaded this step", {i: C_N for i in st["N"]},
+              {i: f"{i[0]},{i[1]}" for i in st["N"]})
+        for ax, name, c in ((row[2], "subTileM", C_SM), (row[3], "subTileN", C_SN)):
+            cells = shared.get(name, {})
+            _grid(ax, T, T, f"shared {name}[ty][tx]\n" + ("as the last phase left it" if not st["shared"]
+                                                          else "after this step's loads"),
+                  {i: (C_ZERO if v == "0" else c) for i, v in cells.items()}, cells)
+        blk = {(st["block"][1] * T + r, st["block"][0] * T + c) for r in range(T) for c in range(T)}
+        fills = {i: C_BLOCK for i in blk if i[0] < J and i[1] < L}
+        fills.update({tuple(i): C_STORE for i in st["stored"]})
+        labels = {tuple(i): f"{t[0]},{t[1]}" for i, t in zip(st["stored"], st["storing_threads"])}
+        _grid(row[4], J, L, "P (J x L): stored by thread\n(threadIdx.x,threadIdx.y)", fills, labels)
+        if progress:
+            progress(n + 1, len(steps))
+    fig.suptitle(f"{tr.kernel} kernel, TILE_WIDTH {T}: P ({J}x{L}) = M ({J}x{K}) @ N ({K}x{L}); "
+                 f"grid {tr.grid[0]}x{tr.grid[1]} blocks of {T}x{T} threads, "
+                 f"{_phases(K, T)}, then the store", fontsize=10, y=1 - 0.25 / h)
+    _legend(fig, [(C_M, "M element loaded from global memory"), (C_N, "N element loaded"),
+                  (C_SM, "shared cell: the M element it received"), (C_SN, "shared cell: the N element it received"),
+                  (C_ZERO, "shared cell zero-filled (no element: 0)"), (C_BLOCK, "P: this block's tile"),
+                  (C_STORE, "P: stored this step (label: threadIdx.x,y)"), ("white", "not touched")],
+            1 - 0.4 / h)
+    fig.tight_layout(rect=(0, 0, 1, 1 - top / h))
+    return fig
+
+
+def _summary(plt, tr, progress):
+    import matplotlib.patches as patches
+    import numpy as np
+    J, K, L = tr.shape
+    T = tr.tile
+    steps = tr.phases()
+    blocks = sorted({p["block"] for p in steps}, key=lambda b: (b[1], b[0]))
+    nph = math.ceil(K / T)
+    cmap = plt.get_cmap("tab10" if nph <= 10 else "tab20")
+    top = 0.9
+    h = 2.6 * len(blocks) + top
+    fig, axes = plt.subplots(len(blocks), 4, figsize=(15, h), squeeze=False,
+                             gridspec_kw={"width_ratios": [1, 1, 1, 1.6]})
+    for n, (row, b) in enumerate(zip(axes, blocks)):
+        mine = [p for p in steps if p["block"] == b]
+        bx, by = b[0], b[1]
+        for ax, name, rows, cols, title in ((row[0], "M", J, K, f"blockIdx.x={bx}, blockIdx.y={by}\nM: tile of each phase"),
+                                            (row[1], "N", K, L, "N: tile of each phase")):
+            img = np.full((rows, cols), np.nan)
+            for p in mine:
+                for i in p[name]:
+                    img[i] = p["phase"]
+            ax.imshow(img, cmap=cmap, vmin=-0.5, vmax=cmap.N - 0.5, extent=(0, cols, rows, 0), alpha=0.6,
+                      interpolation="nearest")
+            _frame(ax, rows, cols, title)
+            for ph in range(nph):   # the tile the block's threads cover in this phase (clipped)
+                r0, c0 = (by * T, ph * T) if name == "M" else (ph * T, bx * T)
+                ax.add_patch(patches.Rectangle((c0, r0), T, T, fill=False, lw=1.2, ec=cmap(ph % cmap.N),
+                                               ls="-" if r0 + T <= rows and c0 + T <= cols else "--"))
+                ax.text(min(c0 + T / 2, cols - 0.5), min(r0 + T / 2, rows - 0.5), str(ph), ha="center",
+                        va="center", fontsize=8, weight="bold")
+        img = np.zeros((J, L, 3)) + 1.0
+        for r in range(by * T, min(by * T + T, J)):
+            for c in range(bx * T, min(bx * T + T, L)):
+                img[r, c] = (0.93, 0.93, 0.93)
+        stored = [i for p in mine for i in p["stored"]]
+        for i in stored:
+            img[tuple(i)] = matplotlib_rgb(C_STORE)
+        row[2].imshow(img, extent=(0, L, J, 0), interpolation="nearest")
+        _frame(row[2], J, L, f"P: this block's tile,\n{len(stored)} elements stored")
+        row[2].add_patch(patches.Rectangle((bx * T, by * T), T, T, fill=False, lw=1.2, ec="black",
+                                           ls="-" if by * T + T <= J and bx * T + T <= L else "--"))
+        row[3].axis("off")
+        lines = []
+        for p in mine:
+            z = ", ".join(f"{k} {len(v)}" for k, v in p["zero_filled"].items()) or "none"
+            if p["step"] == "the store":
+                lines.append(f"the store: {_cells(p['stored'])} of P by {len(p['stored'])} threads")
+            else:
+                lines.append(f"Phase {p['phase']}: M {_cells(p['M'])}; N {_cells(p['N'])}; zero-filled: {z}"
+                             + (f"; stored {_cells(p['stored'])}" if p["stored"] else ""))
+        row[3].text(0, 0.5, "\n".join(lines), fontsize=7.5 if len(lines) <= 8 else 6.5, va="center",
+                    family="monospace")
+        if progress:
+            progress(n + 1, len(blocks))
+    fig.suptitle(f"{tr.kernel} kernel, TILE_WIDTH {T}: P ({J}x{L}) = M ({J}x{K}) @ N ({K}x{L}); grid "
+                 f"{tr.grid[0]}x{tr.grid[1]} blocks of {T}x{T} threads, {_phases(K, T)}, then the store "
+                 "(summary: one row per block)", fontsize=10, y=1 - 0.25 / h)
+    _legend(fig, [(cmap(i), f"Phase {i}") for i in range(min(nph, 8))]
+            + [("white", "dashed outline: tile reaches past the matrix (those cells zero-filled)"),
+               ("#eeeeee", "P: this block's tile"), (C_STORE, "P: stored by this block")], 1 - 0.4 / h)
+    fig.tight_layout(rect=(0, 0, 1, 1 - top / h))
+    return fig
+
+
+def _phases(K: int, T: int) -> str:
+    n = math.ceil(K / T)
+    return f"{n} phase{'s' if n != 1 else ''} (Phase 0..{n - 1})" if n > 1 else "1 phase (Phase 0)"
+
+
+def matplotlib_rgb(c):
+    from matplotlib.colors import to_rgb
+    return to_rgb(c)
+
+
+def _cells(cells) -> str:
+    from .trace import region
+    return region(cells)
+
+
 def roofline_figure(dev, points: list[dict], path: Path, bandwidth_gbs: float | None = None) -> Path:
-    """points: {"label", "intensity" (FLOP/B), "gflops" (measured) or None}; roofs from ``dev``."""
+    """points: {"label", "intensity" (FLOP/B), "gflops" (measured) or None}; roofs from ``dev``.
+    Kernels at the same intensity share one numbered marker; the numbers are explained in a
+    table beside the chart, so no two labels print over each other."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
+    from .._arrays import TiledmmError
     bw = bandwidth_gbs or dev.dram_gbs
     peak = dev.fp32_tflops * 1000
-    x = np.logspace(-2, 3, 200)
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    ax.loglog(x, np.minimum(bw * x, peak), color="black", lw=2, label=f"roof: {bw:.0f} GB/s, {peak:.0f} GFLOP/s FP32")
+    if not bw:
+        raise TiledmmError(f"profile {dev.name!r} has no DRAM bandwidth: give --bandwidth")
+    groups: dict[float, list[dict]] = {}
     for p in points:
-        bound = min(bw * p["intensity"], peak)
-        ax.scatter([p["intensity"]], [bound], marker="_", s=200, color="gray")
-        if p.get("gflops"):
-            ax.scatter([p["intensity"]], [p["gflops"]], s=40, label=f"{p['label']}: {p['gflops']:.0f} GFLOP/s")
-        ax.annotate(p["label"], (p["intensity"], p.get("gflops") or bound), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
+        groups.setdefault(round(p["intensity"], 9), []).append(p)
+    xs = [p["intensity"] for p in points]
+    x = np.logspace(math.floor(math.log10(min(xs + [1]))) - 1, math.ceil(math.log10(max(xs + [10]))) + 1, 200)
+    fig, (ax, side) = plt.subplots(1, 2, figsize=(11.5, 5.5), gridspec_kw={"width_ratios": [2.2, 1]})
+    roof = np.minimum(bw * x, peak) if peak else bw * x
+    ax.loglog(x, roof, color="black", lw=2,
+              label=f"roof: {bw:,.0f} GB/s" + (f", {peak:,.0f} GFLOP/s FP32" if peak else ""))
+    lines = []
+    for n, (inten, ps) in enumerate(sorted(groups.items()), start=1):
+        bound = min(bw * inten, peak) if peak else bw * inten
+        ax.scatter([inten], [bound], marker="o", s=60, facecolors="white", edgecolors="black", zorder=3)
+        ax.annotate(str(n), (inten, bound), fontsize=8, ha="center", va="bottom",
+                    xytext=(0, 6 + 9 * (n % 2)), textcoords="offset points")
+        lines.append(f"{n}  {inten:.3g} FLOP/B, bound {bound:,.0f}: " + ", ".join(p["label"] for p in ps))
+        for p in ps:
+            if p.get("gflops"):
+                ax.scatter([inten], [p["gflops"]], s=40, zorder=4, label=f"{p['label']}: {p['gflops']:,.0f} measured")
+    ax.set_ylim(top=float(roof.max()) * 5)     # room for the numbers above the roof
     ax.set_xlabel("arithmetic intensity of global-memory requests (FLOP/byte)")
     ax.set_ylabel("GFLOP/s")
-    ax.set_title(f"roofline — {dev.name}")
+    ax.set_title(f"roofline — {dev.name}", fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower right")
+    side.axis("off")
+    wrapped = []
+    for ln in lines:   # wrap long kernel lists
+        words, cur = ln.split(" "), ""
+        for w in words:
+            if len(cur) + len(w) > 46:
+                wrapped.append(cur)
+                cur = "     " + w
+            else:
+                cur = f"{cur} {w}" if cur else w
+        wrapped.append(cur)
+    side.text(0, 1, "open circles: the model's bound\n\n" + "\n".join(wrapped), va="top", fontsize=7.5,
+              family="monospace")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

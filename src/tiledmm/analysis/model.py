@@ -10,32 +10,22 @@ from .device import DeviceProfile
 def bytes_per_flop(kernel: str, tile: int | None = None, itemsize: int = 4) -> float:
     """Global-memory bytes a kernel requests per floating-point operation (2 per multiply-add).
 
-    naive: 2 operands per multiply-add: 2*4 B / 2 FLOP = 4 B/FLOP (the lectures' number).
-    tiled T: each loaded operand serves T multiply-adds: 4/T B/FLOP.
-    block tile BM x BN (rungs 3+, Triton): a BM x BK and BK x BN tile per BM*BN*BK
-    multiply-adds: itemsize*(BM+BN)/(2*BM*BN) B/FLOP.
-    """
-    if kernel in ("naive", "naive-uncoalesced"):
-        return itemsize * 2 / 2
-    if kernel == "tiled":
-        return itemsize * 2 / (2 * tile)
+    A block computing a BM x BN tile of P loads a BM x BK and a BK x BN tile for BM*BN*BK
+    multiply-adds: itemsize*(BM+BN)/(2*BM*BN) B/FLOP. naive (1 x 1: each operand serves one
+    multiply-add): 2*4 B / 2 FLOP = 4 B/FLOP, the lectures' number; tiled T (T x T): 4/T.
+    The block tile comes from the kernel's registry entry."""
     bm, bn = block_tile(kernel, tile)
     return itemsize * (bm + bn) / (2 * bm * bn)
 
 
 def block_tile(kernel: str, tile: int | None) -> tuple[int, int]:
-    if kernel == "coarsen":
-        return 64, 64
-    if kernel in ("regtile2d", "conflict-free", "double-buffer", "flat-shared", "warp-tile"):
-        return tile or 128, tile or 128
-    if kernel in ("triton", "cublas"):
-        return tile or 128, tile or 128
-    if kernel in ("unsigned", "autotuned"):     # rungs 9-10: the block of the shape they run / analyse
-        from ..kernels.simt.k09_unsigned import PRESETS
-        from ..kernels.simt.k10_autotune import ANALYSED
-        sh = PRESETS[tile or 128] if kernel == "unsigned" else ANALYSED
-        return sh.BM, sh.BN
-    raise ValueError(f"no traffic model for kernel {kernel!r}")
+    """(BM, BN): the P tile one block computes, from the registry."""
+    from .. import registry
+    from .._arrays import TiledmmError
+    spec = registry.get(kernel)
+    if spec.block_tile is None:
+        raise TiledmmError(f"no traffic model for kernel {kernel!r} (its registry entry gives no block tile)")
+    return spec.block_tile(spec.check_tile(tile))
 
 
 @dataclass
@@ -75,12 +65,7 @@ def dram_bytes(kernel: str, J: int, K: int, L: int, tile: int | None = None, ite
     compulsory: each input read once, the output written once -- what DRAM sees when
       the L2 holds every reused tile (the case for 2048^3 on a 50 MB L2, mostly)."""
     import math
-    if kernel in ("naive", "naive-uncoalesced"):
-        reads = 2 * J * K * L
-    elif kernel == "tiled":
-        reads = J * K * math.ceil(L / tile) + K * L * math.ceil(J / tile)
-    else:
-        bm, bn = block_tile(kernel, tile)
-        reads = J * K * math.ceil(L / bn) + K * L * math.ceil(J / bm)
+    bm, bn = block_tile(kernel, tile)
+    reads = J * K * math.ceil(L / bn) + K * L * math.ceil(J / bm)
     return {"requested_read": reads * itemsize, "requested_write": J * L * itemsize,
             "compulsory_read": (J * K + K * L) * itemsize, "compulsory_write": J * L * itemsize}

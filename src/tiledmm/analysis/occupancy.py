@@ -91,16 +91,15 @@ def numba_resources(kernel: str, tile: int, dtype: str = "float32", shape=(256, 
     from .. import registry
     from .._backend import emulating, numba_cuda
     spec = registry.get(kernel)
-    if spec.family != "simt" or emulating():
+    if spec.make is None or emulating():
         return {}
-    from ..kernels.simt import _launch
-    k = _launch.MAKERS[kernel](tile, dtype)
+    k = spec.make(tile, dtype)
     cuda = numba_cuda()
     J, K, L = shape
     a = cuda.device_array((J, K), dtype)
     b = cuda.device_array((K, L), dtype)
     p = cuda.device_array((J, L), dtype)
-    grid, block = _launch.CONFIGS[kernel](tile, J, K, L)
+    grid, block = spec.launch_config(tile, J, K, L)
     k[grid, block](a, b, p)
     cuda.synchronize()
     compiled = next(iter(k.overloads.values()))

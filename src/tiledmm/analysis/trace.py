@@ -34,6 +34,7 @@ class Event:
     index: tuple
     addr: int        # byte offset within the array
     zero: bool = False   # shared store of a literal 0 (the lectures' zero-fill)
+    src: tuple | None = None   # shared store: the (global array, index) this thread loaded just before
 
 
 class Recorder:
@@ -46,13 +47,15 @@ class Recorder:
         idx = idx if isinstance(idx, tuple) else (idx,)
         idx = tuple(int(i) for i in idx)
         addr = int(sum(i * s for i, s in zip(idx, arr._a.strides)))
-        zero = op == "st" and arr._space == "shared" and not getattr(t, "_tiledmm_loaded", False)
+        loaded = getattr(t, "_tiledmm_loaded", None)
+        shared_st = op == "st" and arr._space == "shared"
         ev = Event(op, arr._name, arr._space, tuple(t.blockIdx), tuple(t.threadIdx), int(t.thread_id),
-                   getattr(t, "_tiledmm_barriers", 0), idx, addr, bool(zero and value == 0))
+                   getattr(t, "_tiledmm_barriers", 0), idx, addr, bool(shared_st and not loaded and value == 0),
+                   loaded if shared_st else None)
         if op == "ld" and arr._space == "global":
-            t._tiledmm_loaded = True
-        elif op == "st" and arr._space == "shared":
-            t._tiledmm_loaded = False
+            t._tiledmm_loaded = (arr._name, idx)
+        elif shared_st:
+            t._tiledmm_loaded = None
         with self.lock:
             self.events.append(ev)
 
@@ -83,7 +86,6 @@ class RecArray:
 def _instrumented(rec: Recorder):
     """Count barriers per thread; record every shared array the kernel allocates."""
     import sys
-    import threading
     import traceback
 
     from numba.cuda.simulator import kernel as simkernel
@@ -129,6 +131,7 @@ class Trace:
     block: tuple
     events: list = field(repr=False)
     result_ok: bool = False
+    barriers_per_phase: int = 1      # syncthreads() calls per K-phase (the registry's)
 
     # -- summaries -----------------------------------------------------------------------------
     def counts(self) -> dict:
@@ -162,7 +165,7 @@ class Trace:
     def coalescing(self) -> dict:
         """Per global array and op: requests, mean 32-byte sectors and 128-byte lines per request."""
         agg = defaultdict(lambda: [0, 0, 0, 0])
-        for (block, warp, arr, op, k), addrs in self._requests("global").items():
+        for (_, _, arr, op, _), addrs in self._requests("global").items():
             a = agg[(arr, op)]
             a[0] += 1
             a[1] += len({x // SECTOR for x in addrs})
@@ -176,7 +179,7 @@ class Trace:
         """Per shared array and op: requests, and extra wavefronts from bank conflicts
         (a bank asked for w distinct words serves them in w passes; same word = broadcast)."""
         agg = defaultdict(lambda: [0, 0, 0])
-        for (block, warp, arr, op, k), addrs in self._requests("shared").items():
+        for (_, _, arr, op, _), addrs in self._requests("shared").items():
             per_bank = defaultdict(set)
             for x in addrs:
                 per_bank[(x // BANK_BYTES) % BANKS].add(x // BANK_BYTES)
@@ -189,22 +192,31 @@ class Trace:
                 for (arr, op), (n, x, w) in sorted(agg.items())}
 
     def phases(self) -> list[dict]:
-        """Per block and phase: elements of M and N loaded, shared cells zero-filled,
-        P elements stored (with the storing thread)."""
-        out = defaultdict(lambda: {"M": set(), "N": set(), "zero": defaultdict(set), "P": {}})
+        """Per block and step, in the lectures' terms: Phase 0..n-1 (the K-phases, counted by barriers)
+        and then "the store" (P written after the last phase). Per step: the elements of M and N loaded,
+        what each shared cell received ("M0,2", or "0" for a zero-fill), the zero-filled cells, and the
+        P elements stored with the storing thread (threadIdx x, y, z). ``block`` is (blockIdx.x, y, z)."""
+        out = defaultdict(lambda: {"M": set(), "N": set(), "zero": defaultdict(set), "P": {},
+                                   "shared": defaultdict(dict)})
+        per = max(self.barriers_per_phase, 1)
         for e in self.events:
-            ph = e.phase // 2 if self.kernel == "tiled" else e.phase
-            d = out[(e.block, ph)]
+            d = out[(e.block, e.phase // per)]
             if e.space == "global" and e.op == "ld" and e.array in ("M", "N"):
                 d[e.array].add(e.index)
-            elif e.space == "shared" and e.op == "st" and e.zero:
-                d["zero"][e.array].add(e.index)
+            elif e.space == "shared" and e.op == "st":
+                if e.zero:
+                    d["zero"][e.array].add(e.index)
+                d["shared"][e.array][e.index] = "0" if e.zero else (
+                    f"{e.src[0]}{','.join(map(str, e.src[1]))}" if e.src else "")
             elif e.space == "global" and e.op == "st":
                 d["P"][e.index] = e.thread
         rows = []
         for (block, ph), d in sorted(out.items()):
-            rows.append({"block": block, "phase": ph, "M": sorted(d["M"]), "N": sorted(d["N"]),
+            store_only = bool(d["P"]) and not (d["M"] or d["N"] or d["shared"])
+            rows.append({"block": block, "phase": ph, "step": "the store" if store_only else f"Phase {ph}",
+                         "M": sorted(d["M"]), "N": sorted(d["N"]),
                          "zero_filled": {k: sorted(v) for k, v in d["zero"].items()},
+                         "shared": {k: dict(sorted(v.items())) for k, v in d["shared"].items()},
                          "stored": sorted(d["P"]), "storing_threads": [d["P"][i] for i in sorted(d["P"])]})
         return rows
 
@@ -222,31 +234,99 @@ class Trace:
                 "stores_by_block": {str(k): v for k, v in self.stores_by_block().items()}}
 
 
-def trace(kernel: str, shape: tuple, tile: int, dtype: str = "float32", seed: int = 0) -> Trace:
-    """Run ``kernel`` once in the simulator on random J x K x L inputs, recording every access."""
+TRACE_LIMIT = 64 ** 3   # multiply-adds: a trace records 2 J K L + J L accesses or more, a Python object each
+
+
+def check_request(kernel: str, shape: tuple, tile: int | None) -> int | None:
+    """What ``trace`` refuses, checked before any work; returns the tile it will use."""
+    from .. import registry
+    from .._arrays import TiledmmError
+    spec = registry.get(kernel)
+    if spec.make is None:
+        raise TiledmmError(f"trace records SIMT kernels; {kernel!r} is a {spec.family} kernel")
+    tile = spec.check_tile(tile)
+    if len(shape) != 3 or min(shape) < 1:
+        raise TiledmmError(f"trace takes one J x K x L product with positive sizes, got {shape}")
+    J, K, L = shape
+    if J * K * L > TRACE_LIMIT:
+        raise TiledmmError(f"trace of {J}x{K}x{L} would record {2 * J * K * L:,}+ accesses; keep J*K*L <= 64^3")
+    return tile
+
+
+def trace(kernel: str, shape: tuple, tile: int | None, dtype: str = "float32", seed: int = 0,
+          progress=None) -> Trace:
+    """Run ``kernel`` once in the simulator on random J x K x L inputs, recording every access.
+    ``progress(done, total)`` is called after each block."""
     from .. import registry
     from .._arrays import TiledmmError
     from .._backend import emulating
     if not emulating():
         raise TiledmmError("traces are recorded in numba's CUDA simulator: run with TILEDMM_EMULATE=1 "
                            "(or `tiledmm --emulate trace ...`)")
+    tile = check_request(kernel, shape, tile)
     spec = registry.get(kernel)
-    if spec.family != "simt":
-        raise TiledmmError(f"trace records SIMT kernels; {kernel!r} is a {spec.family} kernel")
-    tile = spec.check_tile(tile)
     J, K, L = shape
-    if J * K * L > 64 ** 3:
-        raise TiledmmError(f"trace of {J}x{K}x{L} would record {2 * J * K * L:,}+ accesses; keep J*K*L <= 64^3")
-    from ..kernels.simt._launch import CONFIGS, MAKERS
     rng = np.random.default_rng(seed)
     M = rng.standard_normal((J, K)).astype(dtype)
     N = rng.standard_normal((K, L)).astype(dtype)
     P = np.full((J, L), np.nan, dtype)
     rec = Recorder()
-    grid, block = CONFIGS[kernel](tile, J, K, L)
-    k = MAKERS[kernel](tile, dtype)
-    with _instrumented(rec):
+    grid, block = spec.launch_config(tile, J, K, L)
+    k = spec.make(tile, dtype)
+    with _instrumented(rec), _block_progress(progress, int(np.prod(grid))):
         k[grid, block](RecArray(M, "M", "global", rec), RecArray(N, "N", "global", rec),
                        RecArray(P, "P", "global", rec))
     ok = bool(np.allclose(P, M.astype(np.float64) @ N.astype(np.float64), rtol=1e-4, atol=1e-4))
-    return Trace(kernel, tile, tuple(shape), tuple(grid), tuple(block), rec.events, ok)
+    return Trace(kernel, tile, tuple(shape), tuple(grid), tuple(block), rec.events, ok, spec.barriers_per_phase)
+
+
+@contextmanager
+def _block_progress(progress, total: int):
+    """Call ``progress(done, total)`` after each block the simulator runs."""
+    if progress is None:
+        yield
+        return
+    from numba.cuda.simulator import kernel as simkernel
+    orig = simkernel.BlockManager.run
+    done = [0]
+
+    def run(self, *args, **kwargs):
+        r = orig(self, *args, **kwargs)
+        done[0] += 1
+        progress(done[0], total)
+        return r
+
+    simkernel.BlockManager.run = run
+    progress(0, total)
+    try:
+        yield
+    finally:
+        simkernel.BlockManager.run = orig
+
+
+def region(cells) -> str:
+    """A set of (row, col) as the lectures would say it: 'rows 0-1 x col 2 (2)', else a count."""
+    cells = sorted(map(tuple, cells))
+    if not cells:
+        return "–"
+    rows = sorted({r for r, _ in cells})
+    cols = sorted({c for _, c in cells})
+    span = lambda w, v: f"{w} {v[0]}" if len(v) == 1 else f"{w}s {v[0]}–{v[-1]}"  # noqa: E731
+    full = len(cells) == len(rows) * len(cols) and rows[-1] - rows[0] + 1 == len(rows) \
+        and cols[-1] - cols[0] + 1 == len(cols)
+    return f"{span('row', rows)} × {span('col', cols)} ({len(cells)})" if full else f"{len(cells)} elements"
+
+
+def describe_step(p: dict) -> tuple:
+    """One row of the per block and phase table: blockIdx.x, blockIdx.y, step, M loaded, N loaded,
+    zero-filled, P stored, storing threads (threadIdx.x,y)."""
+    zeros = ", ".join(f"{k} {len(v)}" for k, v in p["zero_filled"].items()) or "–"
+    th = p["storing_threads"]
+    if not th:
+        who = "–"
+    elif len(th) <= 4:
+        who = "; ".join(f"P[{i[0]},{i[1]}] by ({t[0]},{t[1]})" for i, t in zip(p["stored"], th))
+    else:
+        who = region([(t[1], t[0]) for t in th]).replace("row", "y").replace("col", "x")
+    return (p["block"][0], p["block"][1], p["step"], region(p["M"]), region(p["N"]), zeros, region(p["stored"]),
+            who)
