@@ -78,6 +78,20 @@ def main() -> None:
     except Exception as e:  # noqa: BLE001
         print("cupy/numba rows skipped:", repr(e)[:200])
 
+    # where the host time of one call goes (bf16 256^3, steady state)
+    import cProfile
+    import pstats
+    a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    tiledmm.matmul(a, b)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(2000):
+        tiledmm.matmul(a, b)
+    prof.disable()
+    torch.cuda.synchronize()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(14)
+
     # GPU time of small products, queued (events around batches, rotated inputs)
     ratio_rows = []
     for (m, k, n), dtype in [((1000, 1000, 1000), "bfloat16"), ((16, 4096, 4096), "bfloat16"),

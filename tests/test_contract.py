@@ -274,3 +274,12 @@ def test_gpu_cuda_graph_capture_and_replay():
             g.replay()
             torch.cuda.synchronize()
             close(c, ref(a.cpu(), b.cpu()), tol=1e-5 if precision == "ieee" else 5e-3)
+
+
+def test_out_of_core_through_the_api(rng):
+    """Host operands with a forced device budget go through the blocked out-of-core path."""
+    a, b, c = randn(rng, (37, 29)), randn(rng, (29, 23)), randn(rng, (37, 23))
+    c0 = c.copy()
+    close(tiledmm.matmul(a, b, max_device_bytes=4096), ref(a, b))
+    tiledmm.matmul(a, b, out=c, alpha=2.0, beta=0.5, max_device_bytes=4096)
+    close(c, ref(a, b, 2.0, 0.5, c0))

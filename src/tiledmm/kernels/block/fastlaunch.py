@@ -40,14 +40,18 @@ class FastKernel:
         self.n_params = len(params)
         self.cache: dict[tuple, Any] = {}
         self.direct = not emulating()
-        self._stream = None
+        self._template: list | None = None
+        self._slots: list[int] = []
 
     def _full(self, args: tuple) -> list:
-        out, it = [], iter(args)
-        for i in range(self.n_params):
-            name = self.constexpr_at.get(i)
-            out.append(self.meta[name] if name is not None else next(it))
-        return out
+        """Every parameter in signature order: the runtime ``args`` with the constexprs between."""
+        if self._template is None:
+            self._template = [self.meta.get(self.constexpr_at.get(i)) for i in range(self.n_params)]
+            self._slots = [i for i in range(self.n_params) if i not in self.constexpr_at]
+        full = self._template[:]
+        for i, v in zip(self._slots, args):
+            full[i] = v
+        return full
 
     def __call__(self, grid: tuple, *args) -> None:
         """Launch on torch's current stream; ``args`` are the runtime arguments in order."""

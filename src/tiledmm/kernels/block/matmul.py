@@ -60,11 +60,14 @@ def launch(a, b, c, *, precision: str, alpha: float = 1.0, beta: float = 0.0, va
     """c = alpha * a @ b + beta * c with the chosen (or the forced) variant and config."""
     if variant is not None or config is not None:
         return _forced(a, b, c, precision, alpha, beta, variant, config)
+    resolved(a, b, c, precision, alpha, beta)(a, b, c, alpha=alpha, beta=beta)
+
+
+def resolved(a, b, c, precision: str, alpha: float, beta: float) -> Callable:
+    """The launch for this call's plan key, ``f(a, b, c, alpha=, beta=)`` (chosen on first use)."""
     key = plan_key(a, b, c, precision, alpha, beta)
     fn = _plans.get(key)
-    if fn is None:
-        fn = _resolve(key, a, b, c, precision, alpha, beta)
-    fn(a, b, c, alpha=alpha, beta=beta)
+    return fn if fn is not None else _resolve(key, a, b, c, precision, alpha, beta)
 
 
 def _bind(v: V.Variant, precision: str, config: dict) -> Callable:
@@ -110,6 +113,8 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
     sms = V.num_sms()
     options: dict[str, tuple[V.Variant, dict]] = {}
     for v in V.ALL:
+        if batch > V.MAX_GRID_YZ and v is not V.BLOCKED:   # only the blocked launch splits the batch over launches
+            continue
         if v.applicable(a, b, c, precision, alpha, beta):
             for cfg in C.prune(v.configs(kind), rM, rN, rK, sms, batch, keep=3 if v is V.BLOCKED else 2):
                 options[f"{v.name}:{_cfg_name(cfg)}"] = (v, cfg)
