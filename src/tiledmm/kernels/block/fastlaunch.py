@@ -16,6 +16,7 @@ for good.
 from __future__ import annotations
 
 import inspect
+import threading
 from typing import Any
 
 from ..._backend import emulating
@@ -56,7 +57,11 @@ class FastKernel:
     def __call__(self, grid: tuple, *args) -> None:
         """Launch on torch's current stream; ``args`` are the runtime arguments in order."""
         if not self.direct:
-            self._slow(grid, args)
+            if emulating():
+                with _interpreter_lock:     # Triton's interpreter patches module state per launch
+                    self._slow(grid, args)
+            else:
+                self._slow(grid, args)
             return
         key = tuple((a.dtype, a.data_ptr() % 16 == 0) if hasattr(a, "data_ptr")
                     else (_int_key(a) if type(a) is int else None) for a in args)
@@ -79,6 +84,7 @@ class FastKernel:
 
 
 _raw_stream = None
+_interpreter_lock = threading.Lock()
 
 
 def _current_stream() -> int:
