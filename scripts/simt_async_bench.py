@@ -1,7 +1,9 @@
 """Rung 11 (cp.async ring) measured against rung 10 and cuBLAS SGEMM, in one device call.
 
     python3 scripts/simt_async_bench.py sass [CONFIG ...]     # no GPU: registers, spills, SASS mix (sm_90)
-    python3 scripts/simt_async_bench.py sanitize              # 2 shapes, every float32 candidate + 1 float64
+    python3 scripts/simt_async_bench.py sanitize [CONFIG ...] # run under compute-sanitizer: 2 shapes, + 1 float64
+    python3 scripts/simt_async_bench.py ncu N CONFIG ...      # Nsight Compute: FMA pipe, issue slots, stalls
+                                                              # (rung10:SHAPE for rung 10)
     python3 scripts/simt_async_bench.py bench [--sizes 2048,4096,8192] [--configs ...] [--out DIR]
 
 ``bench`` checks every timed kernel first (fresh normal inputs, NaN-poisoned output,
@@ -71,14 +73,31 @@ def sass(configs, dtype="float32"):
             whole = collections.Counter(OP.findall(code))
             print(f"== {name} {dtype} {'16-byte' if vec else 'element'} copies of N: {res}")
             print("   whole kernel:", dict(whole.most_common(14)))
-            parts = code.split("BAR.SYNC")
-            if len(parts) >= 2:
-                # the main loop: from the barrier to the next barrier (the ring has one a phase)
-                inner = collections.Counter(OP.findall(parts[-2] if len(parts) > 2 else parts[1]))
-                tot = sum(inner.values())
-                ff = inner["FFMA"] + inner["DFMA"]
-                print(f"   between the last two barriers: {tot} instructions, FFMA/DFMA {ff} ({ff / max(tot, 1):.0%}):",
-                      dict(inner.most_common(10)))
+            loop = main_loop(code)
+            if loop:
+                tot = sum(loop.values())
+                ff = loop["FFMA"] + loop["DFMA"]
+                print(f"   phase loop (both copy paths, one taken a phase): {tot} instructions, FFMA/DFMA {ff} "
+                      f"({ff / max(tot, 1):.0%}):", dict(loop.most_common(12)))
+
+
+def main_loop(code: str):
+    """The instructions of the loop that holds the barrier: from the back branch's target to it."""
+    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", code)]
+    bar = next((a for a, t in ins if "BAR.SYNC" in t), None)
+    if bar is None:
+        return None
+    for a, t in ins:
+        m = re.search(r"BRA (?:!?U?P\w+, )?0x([0-9a-f]+)", t)
+        if m and a > bar and int(m.group(1), 16) <= bar:
+            lo = int(m.group(1), 16)
+            c = collections.Counter()
+            for b, u in ins:
+                if lo <= b <= a:
+                    op = re.match(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", u)
+                    c[op.group(1)] += 1
+            return c
+    return None
 
 
 def rel_err(out, ref):
@@ -186,7 +205,7 @@ def main():
     ap.add_argument("--sizes", default="2048,4096,8192")
     ap.add_argument("--out")
     ap.add_argument("--no-rung10", action="store_true")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
     if args.mode == "sass":
         sass(args.configs)
     else:
