@@ -6,23 +6,21 @@ import time
 
 import torch
 
-import tiledmm  # noqa: F401
-from tiledmm import registry
-from tiledmm._arrays import Operand
+import tiledmm
 from tiledmm.harness import poisoned_like, random_inputs
 
 n = 1024
 a, b = random_inputs((n, n), (n, n), "float32", seed=0)
 out = poisoned_like(a, (n, n))
 for cfg in ["64x64x32-w32x32-t8x4", "128x128x32-w32x64-t8x8"]:
-    L = registry.get("autotuned").prepare(Operand.of(a, "a"), Operand.of(b, "b"), Operand.of(out, "out"), None,
-                                          {"config": cfg})
+    def L(cfg=cfg):
+        tiledmm.matmul(a, b, kernel="autotuned", out=out, config=cfg)
     for _ in range(20):
-        L.run()
+        L()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(200):
-        L.run()
+        L()
     host = (time.perf_counter() - t0) / 200 * 1e6
     torch.cuda.synchronize()
     wall = (time.perf_counter() - t0) / 200 * 1e3
@@ -32,7 +30,7 @@ for cfg in ["64x64x32-w32x32-t8x4", "128x128x32-w32x64-t8x8"]:
     for _ in range(20):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        L.run()
+        L()
         e.record()
         torch.cuda.synchronize()
         per.append(s.elapsed_time(e))
@@ -40,7 +38,7 @@ for cfg in ["64x64x32-w32x32-t8x4", "128x128x32-w32x64-t8x8"]:
     torch.cuda._sleep(50_000_000)
     e0.record()
     for _ in range(50):
-        L.run()
+        L()
     e1.record()
     torch.cuda.synchronize()
     print(f"{cfg}: host time per launch call {host:.0f} us; wall per launch {wall:.3f} ms; "

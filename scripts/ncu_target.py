@@ -3,9 +3,7 @@
     python3 scripts/ncu_target.py [n] [kernel:tile | autotuned@shape ...]"""
 import sys
 
-import tiledmm  # noqa: F401
-from tiledmm import registry
-from tiledmm._arrays import Operand
+import tiledmm
 from tiledmm.harness import poisoned_like, random_inputs, sync
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 2048
@@ -18,7 +16,6 @@ runs = runs or [("naive", 16, {}), ("naive-uncoalesced", 16, {}), ("tiled", 16, 
 a, b = random_inputs((n, n), (n, n), "float32", seed=0)
 for kernel, tile, opts in runs:
     out = poisoned_like(a, (n, n))
-    launch = registry.get(kernel).prepare(Operand.of(a, "a"), Operand.of(b, "b"), Operand.of(out, "out"), tile, opts)
-    launch.run()
+    tiledmm.matmul(a, b, kernel=kernel, tile=tile, out=out, **opts)
     sync()
     print("launched", kernel, tile, opts, flush=True)

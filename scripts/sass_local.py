@@ -46,11 +46,11 @@ def main() -> None:
     import numpy as np
 
     import tiledmm  # noqa: F401
-    from tiledmm.kernels.simt._launch import MAKERS
+    from tiledmm import registry
     from tiledmm.kernels.simt.k09_unsigned import Shape, make_shape
     from tiledmm.kernels.simt.k10_autotune import make_tuned
     if "x" not in args.tile:
-        k = MAKERS[args.kernel](int(args.tile), args.dtype)
+        k = registry.get(args.kernel).make(int(args.tile), args.dtype)
     elif args.kernel == "autotuned":
         k = make_tuned(Shape.parse(args.tile), args.dtype)
     else:

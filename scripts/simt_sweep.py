@@ -38,5 +38,6 @@ for shape in shapes:
         ratio = base.ms / r.ms if r.ms else float("nan")
         print(f"{kernel:10s} {str(tile or '-'):24s} {r.ms or float('nan'):8.3f} {r.tflops or float('nan'):8.2f} "
               f"{ratio:8.3f} {regs:>7s} {r.rel_err:8.1e}{'' if r.ok else '  FAILED'}")
-    for key, (best, times) in k10_autotune.CHOSEN.items():
-        print("tuned", key, "->", best.name, {n: round(t, 3) for n, t in times.items()})
+    from tiledmm import tuning
+    for key, choice in tuning.remembered().items():
+        print("tuned", key, "->", choice)
