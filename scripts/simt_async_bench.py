@@ -196,10 +196,64 @@ def sanitize():
     print("sanitize: all correct" if not bad else f"sanitize: {bad} wrong")
 
 
+S = "smsp__average_warps_issue_stalled"
+NCU_METRICS = ",".join([
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "sm__warps_active.avg.pct_of_peak_sustained_active", "gpu__time_duration.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed",
+] + [f"{S}_{r}_per_issue_active.ratio" for r in ("not_selected", "math_pipe_throttle", "short_scoreboard",
+                                                    "long_scoreboard", "barrier", "mio_throttle", "wait",
+                                                    "dispatch_stall", "lg_throttle")])
+
+
+def one(cfg: str, n: int) -> None:
+    """Two launches of one configuration (``rung10:SHAPE`` for rung 10), for ncu."""
+    import torch
+
+    import tiledmm
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    for _ in range(2):
+        if cfg.startswith("rung10:"):
+            tiledmm.matmul(a, b, kernel="autotuned", config=cfg[7:])
+        else:
+            tiledmm.matmul(a, b, kernel="async", config=cfg)
+    torch.cuda.synchronize()
+
+
+def ncu(n: int, cfgs) -> None:
+    """Nsight Compute on the second launch of each configuration: FMA pipe, issue slots, stalls.
+    (Written after the last device call of issue 12: not yet run.)"""
+    import csv
+    import io
+    for cfg in cfgs:
+        r = subprocess.run(["ncu", "--clock-control", "none", "--csv", "--metrics", NCU_METRICS,
+                            "--kernel-name-base", "function", "--kernel-name", "regex:async_ring|unsigned",
+                            "--launch-skip", "1", "--launch-count", "1",
+                            sys.executable, os.path.abspath(__file__), "one", cfg, str(n)],
+                           capture_output=True, text=True)
+        text = r.stdout
+        if '"ID"' not in text:
+            print(f"ncu {cfg}: no data", r.stderr[-800:])
+            continue
+        m = {row["Metric Name"]: row["Metric Value"].replace(",", "")
+             for row in csv.DictReader(io.StringIO(text[text.index('"ID"'):]))}
+        stalls = {k.split("stalled_")[1].split("_per")[0]: round(float(v), 2) for k, v in m.items() if "stalled" in k}
+        print(f"ncu {cfg} {n}: {float(m['gpu__time_duration.sum']) / 1e6:.3f} ms, FMA pipe "
+              f"{m['sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active']} %, issue active "
+              f"{m['smsp__issue_active.avg.pct_of_peak_sustained_active']} %, warps active "
+              f"{m['sm__warps_active.avg.pct_of_peak_sustained_active']} %, shared pipe "
+              f"{m['l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed']} %")
+        print("   stalls (warps per issue):", dict(sorted(stalls.items(), key=lambda x: -x[1])))
+
+
 def main():
-    ap = argparse.ArgumentParser()
     if sys.argv[1:2] == ["sanitize"]:
         return sanitize()
+    if sys.argv[1:2] == ["one"]:
+        return one(sys.argv[2], int(sys.argv[3]))
+    if sys.argv[1:2] == ["ncu"]:
+        return ncu(int(sys.argv[2]), sys.argv[3:])
+    ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("sass", "bench"))
     ap.add_argument("configs", nargs="*")
     ap.add_argument("--sizes", default="2048,4096,8192")
