@@ -11,7 +11,8 @@ syncthreads), one file a rung, numbered in the order of the argument:
 8. k08_warp_tile      warp tiling: contiguous 4 x 4 sub-tiles per lane (vector shared loads possible)
 9. k09_unsigned       uint64 indices: no wrap-around selects, so LDS.128 and fewer registers
 10. k10_autotune      rung 9's kernel over block/warp/lane tile shapes, chosen by timing
+11. k11_async         cp.async global->shared copies into a ring of shared stages (rung 10 otherwise)
 """
 from . import (  # noqa: F401
     k01_naive, k02_tiled, k03_coarsen, k04_regtile2d, k05_conflict_free, k06_double_buffer, k07_flat_shared,
-    k08_warp_tile, k09_unsigned, k10_autotune)
+    k08_warp_tile, k09_unsigned, k10_autotune, k11_async)
