@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 
+from .fastlaunch import current_stream  # noqa: F401  (one home for the raw-stream lookup)
+
 from ..._backend import emulating, mode
 
 mode()  # decide GPU or emulation (TRITON_INTERPRET) before triton is imported
@@ -141,14 +143,3 @@ class Launcher:
         return ck
 
 
-_raw_stream = None
-
-
-def current_stream() -> int:
-    global _raw_stream
-    if _raw_stream is None:
-        import torch
-        get = torch._C._cuda_getCurrentRawStream
-        dev = torch.cuda.current_device
-        _raw_stream = lambda: get(dev())  # noqa: E731
-    return _raw_stream()

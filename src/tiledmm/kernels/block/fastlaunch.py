@@ -72,7 +72,7 @@ class FastKernel:
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
         try:
-            ck.run(grid[0], g1, g2, _current_stream(), ck.function, ck.packed_metadata, None, None, None,
+            ck.run(grid[0], g1, g2, current_stream(), ck.function, ck.packed_metadata, None, None, None,
                    *self._full(args))
         except (TypeError, AttributeError, SystemError):   # a launcher of another shape: never again
             self.direct = False
@@ -87,7 +87,8 @@ _raw_stream = None
 _interpreter_lock = threading.Lock()
 
 
-def _current_stream() -> int:
+def current_stream() -> int:
+    """torch's current raw CUDA stream on the current device (cheap: no Stream object)."""
     global _raw_stream
     if _raw_stream is None:
         import torch
