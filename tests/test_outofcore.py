@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import tiledmm
-from tiledmm.outofcore import matmul_out_of_core, plan_out_of_core, tiledmm_gemm, torch_gemm
+from tiledmm.outofcore import matmul_out_of_core, plan_out_of_core, tiledmm_gemm, torch_gemm, warm_out_of_core
 
 from .conftest import GPU
 
@@ -152,6 +152,71 @@ def test_gemm_error_propagates_and_threads_end():
         matmul_out_of_core(a, b, c, max_device_bytes=1000, gemm=bad)
     import threading
     assert not [t for t in threading.enumerate() if t.name.startswith("tiledmm-")]
+
+
+def test_wide_accumulator_only_when_k_is_split():
+    # K not split: the device C blocks take c's dtype (one rounding either way) and nothing is cast
+    p = plan_out_of_core(64, 48, 40, torch.bfloat16, acc_dtype=torch.float32, max_device_bytes=1 << 20)
+    assert p.n_k == 1 and not p.cast and p.acc_bytes == 2
+    # K split: float32 partial sums, cast to bfloat16 on the device, and the cast buffer is in the budget
+    p = plan_out_of_core(24, 20, 96, torch.bfloat16, acc_dtype=torch.float32, max_device_bytes=3000)
+    assert p.n_k > 1 and p.cast and p.acc_bytes == 4 and p.device_bytes <= 3000
+    a, b, c0 = _case(64, 40, 48, torch.bfloat16, seed=5)
+    c = c0.clone()
+    st = {}
+    matmul_out_of_core(a, b, c, beta=0.5, acc_dtype=torch.float32, max_device_bytes=1 << 20, gemm=torch_gemm, stats=st)
+    assert st["plan"]["n_k"] == 1 and not st["plan"]["cast"]
+    assert _rel(c, a.double() @ b.double() + 0.5 * c0.double()) < 1e-2
+
+
+def test_plan_cached_forced_blocks_and_phases():
+    kw = dict(max_device_bytes=1 << 30, rates={"gemm": 1e12})
+    p1 = plan_out_of_core(3000, 2000, 1000, torch.float32, **kw)
+    assert plan_out_of_core(3000, 2000, 1000, torch.float32, **kw) is p1       # cached
+    p2 = plan_out_of_core(3000, 2000, 1000, torch.float32, blocks=(1024, 512, 256), **kw)
+    assert (p2.bm, p2.bn, p2.bk, p2.transposed) == (1024, 512, 256, False)
+    with pytest.raises(tiledmm.TiledmmError, match="no blocking fits"):
+        plan_out_of_core(3000, 2000, 1000, torch.float32, blocks=(3000, 2000, 1000), max_device_bytes=1 << 20)
+    a, b, _ = _case(30, 20, 25)
+    c = torch.empty(30, 25)
+    st = {}
+    matmul_out_of_core(a, b, c, max_device_bytes=2000, gemm=torch_gemm, stats=st)
+    assert set(st["phases"]) == {"setup_s", "plan_s", "build_s", "issue_s", "finish_s"}
+    assert sum(st["phases"].values()) <= st["wall_s"] + 1e-3
+
+
+def test_warm_runs_each_block_shape_once():
+    a, b, _ = _case(40, 48, 44)
+    c = torch.empty(40, 44)
+    shapes = []
+
+    def rec(x, y, z, al, be):
+        shapes.append((tuple(x.shape), tuple(y.shape), tuple(z.shape), be != 0))
+        torch_gemm(x, y, z, al, be)
+    plan = warm_out_of_core(a, b, c, max_device_bytes=4096, gemm=rec)
+    assert plan.steps > len(shapes) >= 1 and len(set(shapes)) == len(shapes)
+    assert plan is plan_out_of_core(40, 44, 48, torch.float32, max_device_bytes=4096)
+    st = {}
+    matmul_out_of_core(a, b, c, max_device_bytes=4096, gemm=torch_gemm, stats=st)
+    assert st["plan"] == plan.as_dict()
+    assert _rel(c, a.double() @ b.double()) < 1e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pinned", [False, True])
+def test_gpu_bf16_cast_on_device(pinned):  # the cast on the GPU, straight and staged stores
+    m, k, n = 600, 2000, 500
+    a, b, c0 = _case(m, k, n, torch.bfloat16, seed=6)
+    c = c0.clone()
+    if pinned:
+        a, b, c = a.pin_memory(), b.pin_memory(), c.pin_memory()
+    st = {}
+    plan = plan_out_of_core(m, n, k, torch.bfloat16, acc_dtype=torch.float32, beta_nonzero=True,
+                            max_device_bytes=8 << 20, blocks=(256, 384, 512), direct=(pinned,) * 3)
+    matmul_out_of_core(a, b, c, beta=1.0, acc_dtype=torch.float32, gemm=torch_gemm, stats=st, plan=plan,
+                       piece_bytes=1 << 16)
+    assert st["plan"]["n_k"] > 1 and st["plan"]["cast"]
+    assert _rel(c, a.double() @ b.double() + c0.double()) < 1e-2
 
 
 @pytest.mark.gpu

@@ -101,7 +101,8 @@ class Plan:
     est_s: float
     budget: int
     rates: dict = field(default_factory=dict)
-    acc_bytes: int = 4
+    acc_bytes: int = 4        # element size of the device C blocks
+    cast: bool = False        # device C blocks are in the accumulator dtype and cast to c's on the GPU
 
     @property
     def steps(self) -> int:
@@ -110,21 +111,24 @@ class Plan:
     def describe(self) -> str:
         o = "C^T = B^T A^T, " if self.transposed else ""
         mode = "resident panels" if self.resident else "streamed tiles"
+        cast = f", {self.acc_bytes}-byte C cast on the GPU" if self.cast else ""
         return (f"{o}blocks {self.bm}x{self.bn}, K-chunk {self.bk} ({self.n_i}x{self.n_j}x{self.n_k} = "
-                f"{self.steps} GEMMs), {mode}; device {self.device_bytes / GiB:.2f} of "
+                f"{self.steps} GEMMs), {mode}{cast}; device {self.device_bytes / GiB:.2f} of "
                 f"{self.budget / GiB:.2f} GiB; H2D {self.h2d_bytes / 1e9:.2f} GB, D2H {self.d2h_bytes / 1e9:.2f} GB, "
                 f"staged {self.staged_bytes / 1e9:.2f} GB; model {self.est_s:.3f} s")
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("transposed", "bm", "bn", "bk", "resident", "n_i", "n_j", "n_k",
                                             "ring", "device_bytes", "h2d_bytes", "d2h_bytes", "staged_bytes",
-                                            "est_s", "budget")}
+                                            "est_s", "budget", "acc_bytes", "cast")}
         d["steps"] = self.steps
         d["rates"] = dict(self.rates)
         return d
 
 
-_GEMM_RATE = {8: 50e12, 4: 45e12, 2: 500e12, 1: 900e12}   # conservative H100-class defaults (FLOP/s)
+# conservative H100-class defaults (FLOP/s by element size; bytes/s; seconds per GEMM call)
+_GEMM_RATE = {8: 50e12, 4: 45e12, 2: 500e12, 1: 900e12}
+_RATES = {"h2d": 20e9, "d2h": 20e9, "host": 15e9, "hbm": 2.5e12, "call": 30e-6}
 
 
 def _counts(d: int) -> list[int]:
@@ -132,7 +136,7 @@ def _counts(d: int) -> list[int]:
     out, c = [], 1
     while c <= d:
         out.append(c)
-        c = c + 1 if c < 8 else int(c * 1.5)
+        c = c + 1 if c < 16 else max(c + 1, int(c * 1.25))
     if d not in out:
         out.append(d)
     return out
@@ -149,67 +153,80 @@ def _sizes(d: int) -> list[int]:
     return sorted({_block(d, c) for c in _counts(d)}, reverse=True)
 
 
-def _orient_plans(M, N, K, esz, csz, accsz, beta_nz, a_direct, b_direct, c_direct, budget, rates, transposed):
-    best = None
+def _orient_plans(M, N, K, esz, csz, accsz, acc_differs, beta_nz, a_direct, b_direct, c_direct, budget, rates,
+                  transposed, only=None):
+    """The best plan of one orientation: every (bm, bn, bk, resident) evaluated at once (numpy)."""
     gemm_rate, h2d, d2h, host = rates["gemm"], rates["h2d"], rates["d2h"], rates["host"]
+    hbm, call = rates.get("hbm", _RATES["hbm"]), rates.get("call", _RATES["call"])
+    f = np.float64
+    sm, sn, sk = ([min(only[0], M)], [min(only[1], N)], [min(only[2], K)]) if only else (_sizes(M), _sizes(N), _sizes(K))
+    bm = np.array(sm, f)[:, None, None, None]
+    bn = np.array(sn, f)[None, :, None, None]
+    bk = np.array(sk, f)[None, None, :, None]
+    res = np.array([True, False])[None, None, None, :]
+    n_i, n_j, n_k = np.ceil(M / bm), np.ceil(N / bn), np.ceil(K / bk)
+    steps = n_i * n_j * n_k
+    one_c = (n_i * n_j) == 1
+    one_a = (n_i * n_k) == 1
+    # device C blocks: c's dtype when K is not split (one rounding either way), else the accumulator's,
+    # cast on the GPU into a c-dtype buffer before going back when the two differ
+    split = n_k > 1
+    dsz = np.where(split, accsz, csz)
+    cast = split & acc_differs
+    cbytes = np.where(one_c, 1, 2) * bm * bn * (dsz + np.where(cast, csz, 0))
+    ring = np.where(steps == 1, 1, 2)
+    abytes = np.where(one_a, 1, ring) * bm * bk * esz
+    bbytes = np.where(res, np.where(n_j > 1, 2, 1) * K * bn * esz, ring * bk * bn * esz)
+    dev = abytes + bbytes + cbytes
+    ok = (dev <= budget) & (res | (n_i > 1))          # streamed == resident when one row block
+    a_traffic = M * K * esz * np.where(one_a, 1, n_j)
+    b_traffic = np.where(res, K * N * esz, K * N * esz * n_i)
+    c_in = M * N * csz if beta_nz else 0
+    h2d_b = a_traffic + b_traffic + c_in
+    d2h_b = M * N * csz + 0 * bm
+    staged = (0 if a_direct else a_traffic) + (0 if b_direct else b_traffic) + (0 if c_direct else c_in + d2h_b)
     flops = 2.0 * M * N * K
-    for bm in _sizes(M):
-        n_i = -(-M // bm)
-        for bn in _sizes(N):
-            n_j = -(-N // bn)
-            cslots = 1 if n_i * n_j == 1 else 2
-            cbytes = cslots * bm * bn * accsz
-            if cbytes >= budget:
-                continue
-            for bk in _sizes(K):
-                n_k = -(-K // bk)
-                steps = n_i * n_j * n_k
-                ring = 1 if steps == 1 else 2
-                abytes = (1 if n_i * n_k == 1 else ring) * bm * bk * esz
-                for resident in (True, False):
-                    if resident:
-                        bbytes = (2 if n_j > 1 else 1) * K * bn * esz
-                        b_traffic = K * N * esz
-                    else:
-                        if n_i == 1:       # streamed == resident when one row block
-                            continue
-                        bbytes = ring * bk * bn * esz
-                        b_traffic = K * N * esz * n_i
-                    dev = abytes + bbytes + cbytes
-                    if dev > budget:
-                        continue
-                    a_traffic = M * K * esz * (1 if n_i * n_k == 1 else n_j)
-                    c_in = M * N * csz if beta_nz else 0
-                    h2d_b = a_traffic + b_traffic + c_in
-                    d2h_b = M * N * csz
-                    staged = (0 if a_direct else a_traffic) + (0 if b_direct else b_traffic) + \
-                        (0 if c_direct else c_in + d2h_b)
-                    eff = min(1.0, min(bm, bn, bk) / 2048.0) ** 0.3
-                    t_gemm = flops / (gemm_rate * eff) + steps * 20e-6
-                    t_copy = max(h2d_b / h2d, d2h_b / d2h, staged / host)
-                    first = bm * bk * esz + bk * bn * esz + (bm * bn * csz if beta_nz else 0)
-                    start = first / h2d + (first / host if not (a_direct and b_direct) else 0.0)
-                    tail = bm * bn * csz / d2h + (bm * bn * csz / host if not c_direct else 0.0)
-                    # a resident panel must arrive while the GEMMs before it run: panel 0 during the
-                    # first row of C blocks (chunk by chunk), panel j during column j-1
-                    expose = 0.0
-                    if resident:
-                        rate_a = min(h2d, host) if not a_direct else h2d
-                        rate_b = min(h2d, host) if not b_direct else h2d
-                        panel_s = K * bn * esz / rate_b
-                        if n_k > 1:
-                            expose += max(0.0, panel_s + bm * K * esz / rate_a - 2.0 * bm * bn * K / (gemm_rate * eff))
-                        if n_j > 1:
-                            col_copy = panel_s + (M * K * esz / rate_a if n_i * n_k > 1 else 0.0)
-                            expose += (n_j - 1) * max(0.0, col_copy - 2.0 * M * bn * K / (gemm_rate * eff))
-                    # copies hide behind GEMMs only partly in practice: charge a fifth of the smaller
-                    est = start + max(t_gemm, t_copy) + 0.2 * min(t_gemm, t_copy) + tail + expose
-                    # a 16-bit accumulator rounds every partial sum: split K only when nothing else fits
-                    key = (accsz < 4 and n_k > 1, round(est, 9), steps, dev)
-                    if best is None or key < best[0]:
-                        best = (key, Plan(transposed, bm, bn, bk, resident, n_i, n_j, n_k, ring, dev, h2d_b,
-                                          d2h_b, staged, est, budget, dict(rates), accsz))
-    return None if best is None else best[1]
+    # GEMM efficiency: partial tiles / waves along M and N, prologue and epilogue along K
+    eff = (bm / (bm + 64)) * (bn / (bn + 64)) * (bk / (bk + 256))
+    rate = gemm_rate * eff
+    # a GEMM reads its A and B tiles at least once from device memory (skinny blocks are bandwidth-bound);
+    # every GEMM after a block's first reads and writes its C block (beta = 1), and a cast reads and writes once
+    t_step = np.maximum(2.0 * bm * bn * bk / rate, (bm * bk + bk * bn) * esz / hbm)
+    c_rw = n_i * n_j * ((n_k + (1 if beta_nz else 0)) * bm * bn * dsz + (n_k - 1) * bm * bn * dsz
+                        + np.where(cast, bm * bn * (dsz + csz), 0))
+    t_gemm = steps * (t_step + call) + c_rw / hbm
+    t_copy = np.maximum(np.maximum(h2d_b / h2d, d2h_b / d2h), staged / host)
+    rate_a = h2d if a_direct else min(h2d, host)
+    rate_b = h2d if b_direct else min(h2d, host)
+    first_b = np.where(res, bk * bn * esz, bk * bn * esz)
+    start = bm * bk * esz / rate_a + first_b / rate_b + ((bm * bn * csz / (h2d if c_direct else min(h2d, host)))
+                                                           if beta_nz else 0.0)
+    tail = bm * bn * csz / d2h + (0.0 if c_direct else bm * bn * csz / host)
+    # a resident panel must arrive while the GEMMs before it run: panel 0 during the first row of C
+    # blocks (chunk by chunk), panel j during column j-1
+    panel_s = K * bn * esz / rate_b
+    row_gemm = 2.0 * bm * bn * K / rate
+    expose0 = np.where(split, np.maximum(0.0, panel_s + bm * K * esz / rate_a - row_gemm), 0.0)
+    col_copy = panel_s + np.where(one_a, 0.0, M * K * esz / rate_a)
+    expose_j = (n_j - 1) * np.maximum(0.0, col_copy - 2.0 * M * bn * K / rate)
+    expose = np.where(res, expose0 + expose_j, 0.0)
+    # copies hide behind GEMMs only partly in practice: charge a tenth of the smaller
+    est = start + np.maximum(t_gemm, t_copy) + 0.1 * np.minimum(t_gemm, t_copy) + tail + expose
+    # a 16-bit accumulator rounds every partial sum: split K only when nothing else fits
+    bad16 = split & (accsz < 4)
+    score = np.where(ok, est + np.where(bad16, 1e9, 0.0) + steps * 1e-9, np.inf)
+    score, est, dev, dsz, cast, h2d_b, d2h_b, staged, ring, steps = np.broadcast_arrays(
+        score, est, dev, dsz, cast, h2d_b, d2h_b, staged, ring, steps)
+    idx = np.unravel_index(int(np.argmin(score)), score.shape)
+    if not np.isfinite(score[idx]):
+        return None
+    i, j, k, r = idx
+    BM, BN, BK = int(bm[i, 0, 0, 0]), int(bn[0, j, 0, 0]), int(bk[0, 0, k, 0])
+    p = Plan(transposed, BM, BN, BK, bool(res[0, 0, 0, r]), -(-M // BM), -(-N // BN), -(-K // BK),
+             int(ring[idx]), int(dev[idx]), int(h2d_b[idx]), int(d2h_b[idx]), int(staged[idx]), float(est[idx]),
+             int(budget), dict(rates), int(dsz[idx]), bool(cast[idx]))
+    p._score = float(score[idx])
+    return p
 
 
 def _min_bytes(esz: int, accsz: int) -> int:
@@ -413,6 +430,7 @@ class _Step:
     c_load: Optional[_Load]
     first: bool
     last: bool
+    c_cast: Optional[torch.Tensor] = None   # c-dtype device buffer the block is cast into (else None)
 
 
 def _pieces(rows: int, cols: int, esz: int, piece_bytes: int) -> list:
@@ -427,48 +445,88 @@ def _pieces(rows: int, cols: int, esz: int, piece_bytes: int) -> list:
 # ----------------------------------------------------------------------------- public entry
 def plan_out_of_core(m: int, n: int, k: int, dtype: torch.dtype, *, c_dtype=None, acc_dtype=None,
                      beta_nonzero: bool = False, max_device_bytes: Optional[int] = None,
-                     direct=(False, False, False), device=None, rates: Optional[dict] = None) -> Plan:
-    """The blocking ``matmul_out_of_core`` would use for an m x k @ k x n product."""
-    esz = torch.empty((), dtype=dtype).element_size()
-    csz = torch.empty((), dtype=c_dtype or dtype).element_size()
-    accsz = torch.empty((), dtype=acc_dtype or c_dtype or dtype).element_size()
+                     direct=(False, False, False), device=None, rates: Optional[dict] = None,
+                     blocks: Optional[tuple] = None) -> Plan:
+    """The blocking ``matmul_out_of_core`` would use for an m x k @ k x n product.
+
+    blocks=(bm, bn, bk): consider only that block shape (C = A B orientation; for experiments).
+    Plans are cached: the same arguments (and budget, to 64 MiB) give the same plan at no cost."""
     dev = _resolve_device(device)
     budget = _budget(dev, max_device_bytes)
+    esz = torch.empty((), dtype=dtype).element_size()
+    cd = c_dtype or dtype
+    ad = acc_dtype or cd
     r = _default_rates(dev, esz)
     r.update(rates or {})
+    key = (m, n, k, dtype, cd, ad, bool(beta_nonzero), budget, tuple(bool(x) for x in direct),
+           tuple(sorted((kk, float(v)) for kk, v in r.items())), tuple(blocks) if blocks else None)
+    with _plan_lock:
+        hit = _plan_cache.get(key)
+    if hit is not None:
+        return hit
+    csz = torch.empty((), dtype=cd).element_size()
+    accsz = torch.empty((), dtype=ad).element_size()
     need = _min_bytes(esz, accsz)
     if budget < need:
         raise TiledmmError(f"out-of-core {m}x{k} @ {k}x{n}: a device budget of {budget:,} bytes cannot hold "
                            f"even 1x1 blocks; at least {need:,} bytes are needed (max_device_bytes)")
     a_d, b_d, c_d = direct
-    p1 = _orient_plans(m, n, k, esz, csz, accsz, beta_nonzero, a_d, b_d, c_d, budget, r, False)
-    p2 = _orient_plans(n, m, k, esz, csz, accsz, beta_nonzero, b_d, a_d, c_d, budget, r, True)
+    differs = ad != cd
+    if blocks:
+        p1 = _orient_plans(m, n, k, esz, csz, accsz, differs, beta_nonzero, a_d, b_d, c_d, budget, r, False,
+                           only=tuple(int(x) for x in blocks))
+        p2 = None
+    else:
+        p1 = _orient_plans(m, n, k, esz, csz, accsz, differs, beta_nonzero, a_d, b_d, c_d, budget, r, False)
+        p2 = _orient_plans(n, m, k, esz, csz, accsz, differs, beta_nonzero, b_d, a_d, c_d, budget, r, True)
     plans = [p for p in (p1, p2) if p is not None]
     if not plans:
-        raise TiledmmError(f"out-of-core {m}x{k} @ {k}x{n}: no blocking fits a device budget of {budget:,} bytes")
-    best = min(plans, key=lambda p: (p.n_k > 1 and p.acc_bytes < 4, round(p.est_s, 9), p.steps))
+        raise TiledmmError(f"out-of-core {m}x{k} @ {k}x{n}: no blocking fits a device budget of {budget:,} bytes"
+                           + (f" with blocks {blocks}" if blocks else ""))
+    best = min(plans, key=lambda p: p._score)
     if best.steps > 2_000_000:
         raise TiledmmError(f"out-of-core {m}x{k} @ {k}x{n}: a device budget of {budget:,} bytes forces "
                            f"{best.steps:,} GEMM calls of {best.bm}x{best.bn}x{best.bk}; give a larger "
                            "max_device_bytes")
+    with _plan_lock:
+        if len(_plan_cache) > 256:
+            _plan_cache.clear()
+        _plan_cache[key] = best
     return best
 
 
+_plan_cache: dict = {}
+_plan_lock = threading.Lock()
+_devices: dict = {}
+
+
 def _resolve_device(device) -> _Device:
+    """One _Device (three streams) per GPU for the process; the CPU stand-in when emulating."""
     from . import _backend
     if device is None:
         if _backend.emulating() or not torch.cuda.is_available():
-            return _Device(None)
-        device = torch.device("cuda", torch.cuda.current_device())
-    device = torch.device(device)
-    return _Device(device if device.type == "cuda" else None)
+            device = None
+        else:
+            device = torch.device("cuda", torch.cuda.current_device())
+    if device is not None:
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device.type != "cuda":
+            device = None
+    with _plan_lock:
+        d = _devices.get(device)
+        if d is None:
+            d = _devices[device] = _Device(device)
+    return d
 
 
 _measured = {}
 
 
 def _default_rates(dev: _Device, esz: int) -> dict:
-    r = {"gemm": _GEMM_RATE.get(esz, 45e12), "h2d": 20e9, "d2h": 20e9, "host": 15e9}
+    """Planner rates: defaults, with host<->device copy rates measured once per process (64 MiB pinned)."""
+    r = {"gemm": _GEMM_RATE.get(esz, 45e12), **_RATES}
     if dev.gpu:
         if "h2d" not in _measured:
             try:
@@ -487,8 +545,9 @@ def _default_rates(dev: _Device, esz: int) -> dict:
                     h.copy_(d, non_blocking=True)
                 e2.record()
                 e2.synchronize()
-                _measured["h2d"] = 3 * n / (e0.elapsed_time(e1) * 1e-3)
-                _measured["d2h"] = 3 * n / (e1.elapsed_time(e2) * 1e-3)
+                # rounded (to 0.5 GB/s) so that plans cached by their rates are found again
+                _measured["h2d"] = round(3 * n / (e0.elapsed_time(e1) * 1e-3) / 5e8) * 5e8
+                _measured["d2h"] = round(3 * n / (e1.elapsed_time(e2) * 1e-3) / 5e8) * 5e8
             except Exception:  # noqa: BLE001 -- keep the defaults
                 _measured["h2d"] = _measured["d2h"] = None
         for k in ("h2d", "d2h"):
@@ -498,12 +557,16 @@ def _default_rates(dev: _Device, esz: int) -> dict:
 
 
 def _budget(dev: _Device, max_device_bytes: Optional[int]) -> int:
+    """Bytes for tiles: free memory (plus what torch's caching allocator holds unused) less a reserve,
+    or max_device_bytes if smaller; rounded down to 64 MiB (so repeated calls find their cached plan)."""
     if dev.gpu:
         free, total = torch.cuda.mem_get_info(dev.device)
+        free += torch.cuda.memory_reserved(dev.device) - torch.cuda.memory_allocated(dev.device)
         usable = int(free - max(2 * GiB, 0.06 * total))
+        usable = max(0, usable // (64 * MiB) * (64 * MiB))
         if max_device_bytes is not None:
             return max(0, min(int(max_device_bytes), usable))
-        return max(0, usable)
+        return usable
     return int(max_device_bytes) if max_device_bytes is not None else 1 * GiB
 
 
@@ -548,34 +611,80 @@ def matmul_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alp
     two_d = _cudart_2d(dev)
     acc = acc_dtype or c.dtype
     ops = [_Operand(x, dev, two_d) for x in (a, b, c)]
-    c_direct = ops[2].direct and acc == c.dtype
+    t_setup = time.perf_counter()
     if plan is None:
         plan = plan_out_of_core(M, N, K, a.dtype, c_dtype=c.dtype, acc_dtype=acc, beta_nonzero=beta != 0,
-                                max_device_bytes=max_device_bytes, direct=(ops[0].direct, ops[1].direct, c_direct),
+                                max_device_bytes=max_device_bytes, direct=tuple(o.direct for o in ops),
                                 device=dev.device, rates=rates)
+    t_plan = time.perf_counter()
     if plan.transposed:
         a, b, c = b.t(), a.t(), c.t()
     gemm = gemm or tiledmm_gemm()
     threads = host_threads or max(1, min(8, (os.cpu_count() or 2)))
     run = _Run(plan, a, b, c, float(alpha), float(beta), gemm, dev, two_d, acc, threads, piece_bytes, progress)
+    run.phases["setup_s"] = t_setup - t_start
+    run.phases["plan_s"] = t_plan - t_setup
     run.execute()
     if stats is not None:
         stats.update(run.stats(time.perf_counter() - t_start))
 
 
+def warm_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alpha: float = 1.0, beta: float = 0.0,
+                     max_device_bytes: Optional[int] = None, gemm: Optional[Gemm] = None,
+                     acc_dtype: Optional[torch.dtype] = None, device=None, plan: Optional[Plan] = None,
+                     rates: Optional[dict] = None) -> Plan:
+    """Plan as ``matmul_out_of_core`` would with the same arguments, and run the GEMM callback once on
+    every distinct block shape of that plan (device tiles of random numbers, nothing copied), so that
+    first-call costs (compilation, autotuning) stay out of the product itself. Returns the plan."""
+    dev = _resolve_device(device)
+    two_d = _cudart_2d(dev)
+    acc = acc_dtype or c.dtype
+    (M, K), N = a.shape, b.shape[1]
+    ops = [_Operand(x, dev, two_d) for x in (a, b, c)]
+    if plan is None:
+        plan = plan_out_of_core(M, N, K, a.dtype, c_dtype=c.dtype, acc_dtype=acc, beta_nonzero=beta != 0,
+                                max_device_bytes=max_device_bytes, direct=tuple(o.direct for o in ops),
+                                device=dev.device, rates=rates)
+    if plan.transposed:
+        a, b, c = b.t(), a.t(), c.t()
+    gemm = gemm or tiledmm_gemm()
+    run = _Run(plan, a, b, c, float(alpha), float(beta), gemm, dev, two_d, acc, 1, 32 * MiB, None)
+    run._build()
+    with (torch.cuda.device(dev.device) if dev.gpu else contextlib.nullcontext()), dev.on(dev.compute):
+        for sl in run.slots:
+            sl.buf.normal_()
+        seen = set()
+        for st in run.steps:
+            beta_s = run.beta if st.first else 1.0
+            cl = run.C.logical(st.c_dev)
+            key = (tuple(st.a_dev.shape), st.a_dev.stride(), tuple(st.b_dev.shape), st.b_dev.stride(),
+                   tuple(cl.shape), cl.stride(), beta_s != 0)
+            if key in seen:
+                continue
+            seen.add(key)
+            gemm(st.a_dev, st.b_dev, cl, run.alpha, beta_s)
+    dev.sync()
+    return plan
+
+
 class _Run:
     def __init__(self, plan, a, b, c, alpha, beta, gemm, dev, two_d, acc, threads, piece_bytes, progress):
         self.plan, self.alpha, self.beta, self.gemm, self.dev = plan, alpha, beta, gemm, dev
-        self.acc, self.progress = acc, progress
+        self.progress = progress
+        # device C blocks: c's dtype when K is not split (the GEMM rounds once either way); else the
+        # accumulator's, cast to c's dtype on the GPU (compute stream) before going back
+        self.acc = acc if plan.n_k > 1 else c.dtype
+        self.cast = self.acc != c.dtype
         self.A, self.B, self.C = (_Operand(x, dev, two_d) for x in (a, b, c))
-        self.C.direct = self.C.direct and acc == c.dtype
         self.M, self.K = a.shape
         self.N = b.shape[1]
         self.threads, self.piece_bytes = threads, piece_bytes
+        self.direct_piece_bytes = 4 * piece_bytes    # straight copies: fewer, larger pieces
         self.c_dtype, self.ab_dtype = c.dtype, a.dtype
         self.intervals = []           # (stream, kind, start_ev, end_ev)
         self.host = {"stage_s": 0.0, "unstage_s": 0.0, "wait_stage_s": 0.0, "wait_runahead_s": 0.0,
-                     "wait_cslot_s": 0.0}
+                     "wait_cslot_s": 0.0, "wait_unstage_s": 0.0}
+        self.phases = {}
         self.bytes = {"h2d": 0, "d2h": 0, "staged_in": 0, "staged_out": 0}
         self._lock = threading.Lock()
 
@@ -593,6 +702,8 @@ class _Run:
         else:
             b_slots = [_Slot(dev.empty(bk * bn, self.ab_dtype), dev) for _ in range(p.ring)]
         c_slots = [_Slot(dev.empty(bm * bn, self.acc), dev) for _ in range(1 if p.n_i * p.n_j == 1 else 2)]
+        for cs in c_slots:
+            cs.cast = dev.empty(bm * bn, self.c_dtype) if self.cast else None
         self.slots = a_slots + b_slots + c_slots
         steps, loads = [], []
         a_count = b_count = blk = 0
@@ -603,6 +714,7 @@ class _Run:
                 i0, i1 = i * bm, min(M, (i + 1) * bm)
                 cs = c_slots[blk % len(c_slots)]
                 c_dev = cs.view(C.shape(i1 - i0, j1 - j0))
+                c_cast = cs.cast[:c_dev.numel()].view(c_dev.shape) if self.cast else None
                 c_host = C.tile(i0, i1, j0, j1)
                 c_load = None
                 if self.beta != 0:
@@ -637,7 +749,7 @@ class _Run:
                                         self.ab_dtype)
                         loads.append(bl)
                     steps.append(_Step(i, j, q, al, bl, A.logical(al.dev), B.logical(bl.dev), cs, c_dev, c_host,
-                                       c_load if q == 0 else None, q == 0, q == p.n_k - 1))
+                                       c_load if q == 0 else None, q == 0, q == p.n_k - 1, c_cast))
                 blk += 1
         # where each load's pieces go: after the GEMM before the one that needs it, except the
         # resident panels of column j >= 1, spread over the GEMMs of column j-1 (prefetch)
@@ -666,13 +778,14 @@ class _Run:
     def _load(self, op, host, dev_tile, slot, need, host_dtype):
         rows, cols = host.shape
         direct = op.direct and dev_tile.dtype == host_dtype and (op.two_d or host.is_contiguous())
-        ld = _Load(op, host, dev_tile, slot, _pieces(rows, cols, host.element_size(), self.piece_bytes),
-                   direct, need)
+        pb = self.direct_piece_bytes if direct else self.piece_bytes
+        ld = _Load(op, host, dev_tile, slot, _pieces(rows, cols, host.element_size(), pb), direct, need)
         ld.loaded_ev = self.dev.event()
         return ld
 
     # ---- running it
     def execute(self):
+        t_b = time.perf_counter()
         self._build()
         dev = self.dev
         order = []                     # the global piece order (staging runs ahead along it)
@@ -690,12 +803,15 @@ class _Run:
         self.stage_rec = [False] * nstage
         self.staged_order, self.stage_next, self.stage_futs = staged, 0, {}
         self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="tiledmm-stage")
-        self.out_pool = ThreadPoolExecutor(2, thread_name_prefix="tiledmm-unstage")
+        # results straight into a pinned c (2-D copies), else through pinned buffers and host threads
+        self.c_store_direct = self.C.direct and (self.C.two_d or all(st.c_host.is_contiguous() for st in self.steps))
+        out_threads = 1 if self.c_store_direct else max(2, min(8, self.threads))
+        self.out_pool = ThreadPoolExecutor(out_threads, thread_name_prefix="tiledmm-unstage")
         self.drain_q, self.drain_err = [], None
         self.drain_cv = threading.Condition()
         r, cc = self.steps[0].c_host.shape
         outb = min(max(self.piece_bytes, self.C.esz), r * cc * self.C.esz)
-        self.out_bufs = [dev.pinned(outb, torch.uint8) for _ in range(4)]
+        self.out_bufs = [dev.pinned(outb, torch.uint8) for _ in range(0 if self.c_store_direct else 2 * out_threads)]
         self.out_evs = [dev.event() for _ in self.out_bufs]
         self.out_futs = [None] * len(self.out_bufs)
         self.out_next = 0
@@ -708,8 +824,12 @@ class _Run:
                 dev.wait(dev.copy_in, self.t0_ev)
                 dev.wait(dev.copy_out, self.t0_ev)
                 drain.start()
+                self.phases["build_s"] = time.perf_counter() - t_b
+                t_i = time.perf_counter()
                 self._refill()
                 self._main()
+                self.phases["issue_s"] = time.perf_counter() - t_i
+                t_f = time.perf_counter()
                 with self.drain_cv:
                     self.drain_q.append(None)
                     self.drain_cv.notify()
@@ -723,6 +843,7 @@ class _Run:
                     dev.record(e, s)
                     self.end_evs.append(e)
                 dev.sync()
+                self.phases["finish_s"] = time.perf_counter() - t_f
                 if self.drain_err is not None:
                     raise self.drain_err
         finally:
@@ -781,23 +902,27 @@ class _Run:
                         assert ld.recorded, "tiledmm out-of-core: a tile was not loaded before its GEMM"
                         dev.wait(dev.compute, ld.loaded_ev)
                 beta = self.beta if st.first else 1.0
-                if st.first and st.c_load is None:
+                if st.first and st.c_load is None:     # beta == 0: the GEMM never reads the block
                     self._wait_slot(st.c_slot, dev.compute)
-                    if beta == 0:
-                        st.c_dev.zero_()
                 e0, e1 = dev.event(), dev.event()
                 dev.record(e0, dev.compute)
                 self.gemm(st.a_dev, st.b_dev, self.C.logical(st.c_dev), self.alpha, beta)
                 dev.record(e1, dev.compute)
                 self.intervals.append(("compute", "gemm", e0, e1))
                 self.done_evs.append(e1)
+                done = e1
+                if st.last and st.c_cast is not None:
+                    done = dev.event()
+                    st.c_cast.copy_(st.c_dev)
+                    dev.record(done, dev.compute)
+                    self.intervals.append(("compute", "cast", e1, done))
                 for ld in (st.a, st.b):
                     dev.record(ld.slot.free_ev, dev.compute)
                     ld.slot.free_recorded = True
             if st.last:
                 st.c_slot.issued.clear()
                 with self.drain_cv:
-                    self.drain_q.append((st, e1))
+                    self.drain_q.append((st, done))
                     self.drain_cv.notify()
             if self.drain_err is not None:
                 raise self.drain_err
@@ -878,14 +1003,15 @@ class _Run:
     def _store(self, st):
         dev, C = self.dev, self.C
         rows, cols = st.c_host.shape
-        if C.direct and (C.two_d or st.c_host.is_contiguous()):
+        src_dev = st.c_cast if st.c_cast is not None else st.c_dev
+        if self.c_store_direct:
             e0, e1 = dev.event(), dev.event()
             dev.record(e0, dev.copy_out)
             if st.c_host.is_contiguous():
                 with dev.on(dev.copy_out):
-                    st.c_host.copy_(st.c_dev, non_blocking=True)
+                    st.c_host.copy_(src_dev, non_blocking=True)
             else:
-                _memcpy2d(st.c_host, st.c_dev, 2, dev.copy_out)
+                _memcpy2d(st.c_host, src_dev, 2, dev.copy_out)
             dev.record(e1, dev.copy_out)
             self.intervals.append(("copy_out", "d2h", e0, e1))
             self.bytes["d2h"] += rows * cols * C.esz
@@ -895,13 +1021,15 @@ class _Run:
             k = self.out_next % len(self.out_bufs)
             self.out_next += 1
             if self.out_futs[k] is not None:
+                t = time.perf_counter()
                 self.out_futs[k].result()
+                self.host["wait_unstage_s"] += time.perf_counter() - t
             n = (r1 - r0) * (c1 - c0)
             buf = self.out_bufs[k][: n * C.esz].view(self.c_dtype).view(r1 - r0, c1 - c0)
             e0, e1 = dev.event(), dev.event()
             with dev.on(dev.copy_out):
                 dev.record(e0, dev.copy_out)
-                buf.copy_(st.c_dev[r0:r1, c0:c1], non_blocking=True)
+                buf.copy_(src_dev[r0:r1, c0:c1], non_blocking=True)
                 dev.record(e1, dev.copy_out)
                 dev.record(self.out_evs[k], dev.copy_out)
             self.intervals.append(("copy_out", "d2h", e0, e1))
@@ -929,7 +1057,8 @@ class _Run:
         out = {"plan": self.plan.as_dict(), "plan_text": self.plan.describe(), "wall_s": wall_s,
                "device_span_ms": span, "gpu": self.dev.gpu, "gemm_calls": len(self.steps),
                "bytes": dict(self.bytes), "host": {k: round(v, 4) for k, v in self.host.items()},
-               "threads": self.threads, "memcpy2d": self.A.two_d}
+               "threads": self.threads, "memcpy2d": self.A.two_d,
+               "phases": {k: round(v, 4) for k, v in self.phases.items()}}
         for k, v in busy.items():
             out[f"{k}_ms"] = v
             out[f"{k}_idle_ms"] = max(0.0, span - v)
@@ -937,4 +1066,4 @@ class _Run:
         return out
 
 
-__all__ = ["matmul_out_of_core", "plan_out_of_core", "Plan", "torch_gemm", "tiledmm_gemm"]
+__all__ = ["matmul_out_of_core", "plan_out_of_core", "warm_out_of_core", "Plan", "torch_gemm", "tiledmm_gemm"]
