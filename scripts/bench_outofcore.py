@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 import tiledmm
-from tiledmm.outofcore import matmul_out_of_core, tiledmm_gemm, torch_gemm
+from tiledmm.outofcore import matmul_out_of_core, plan_out_of_core, tiledmm_gemm, torch_gemm, warm_out_of_core
 from tiledmm.timing import time_calls
 
 GiB = 1 << 30
@@ -70,24 +70,51 @@ def fill_numpy(x: np.ndarray, seed: int, threads: int, nan=False):
 
 
 def fill_torch(x: torch.Tensor, seed: int, threads: int, nan=False):
+    """Normal numbers (numpy's generator, float32, converted) or NaN, rows split over threads."""
     def work(args):
         i, (r0, r1) = args
         if nan:
             x[r0:r1].fill_(float("nan"))
         else:
-            x[r0:r1].normal_(generator=torch.Generator().manual_seed(seed * 1000 + i))
+            g = np.random.default_rng([seed, i])
+            x[r0:r1].copy_(torch.from_numpy(g.standard_normal((r1 - r0, x.shape[1]), dtype=np.float32)))
     with ThreadPoolExecutor(threads) as ex:
-        list(ex.map(work, enumerate(rows_split(x.shape[0], threads * 4))))
+        list(ex.map(work, enumerate(rows_split(x.shape[0], threads * 16))))
 
 
-def pinned_empty(shape, dtype):
-    """Page-locked host tensor without the caching host allocator's power-of-two rounding."""
-    t = torch.empty(shape, dtype=dtype)
+def pin(t: torch.Tensor):
+    """Page-lock a (filled) host tensor in place, without the caching host allocator's power-of-two rounding."""
     err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
     if int(err) != 0:
         log(f"  cudaHostRegister failed ({err}); using pin_memory()")
         return t.pin_memory(), False
     return t, True
+
+
+def where_time_went(st: dict) -> dict:
+    """From the CUDA-event timeline: per-stream busy and idle, the compute stream's idle split into
+    start (before the first GEMM), tail (after the last) and gaps between GEMMs."""
+    span = st["device_span_ms"]
+    tl = st["timeline"]
+    comp = sorted((a, b) for s_, k, a, b in tl if s_ == "compute")
+    out = {"span_ms": span}
+    for s_ in ("copy_in", "compute", "copy_out"):
+        out[f"{s_}_busy_ms"] = st[f"{s_}_ms"]
+        out[f"{s_}_idle_ms"] = st[f"{s_}_idle_ms"]
+    if comp:
+        out["compute_start_ms"] = comp[0][0]
+        out["compute_tail_ms"] = max(0.0, span - comp[-1][1])
+        out["compute_gaps_ms"] = max(0.0, st["compute_idle_ms"] - out["compute_start_ms"] - out["compute_tail_ms"])
+    out["host_outside_streams_ms"] = st["wall_s"] * 1e3 - span
+    return out
+
+
+def fmt_time(w: dict, st: dict) -> str:
+    return (f"streams over {w['span_ms']:.0f} ms: copy-in busy {w['copy_in_busy_ms']:.0f} (idle {w['copy_in_idle_ms']:.0f}), "
+            f"compute busy {w['compute_busy_ms']:.0f} (idle {w['compute_idle_ms']:.0f} = start {w.get('compute_start_ms', 0):.0f}"
+            f" + gaps {w.get('compute_gaps_ms', 0):.0f} + tail {w.get('compute_tail_ms', 0):.0f}), copy-out busy "
+            f"{w['copy_out_busy_ms']:.0f} (idle {w['copy_out_idle_ms']:.0f}); call wall {st['wall_s'] * 1e3:.0f} ms, "
+            f"outside the streams {w['host_outside_streams_ms']:.0f} ms; phases {st.get('phases')}")
 
 
 def incore_rate(n, dtype, gemm_name):
@@ -124,7 +151,7 @@ def check(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, plan: dict, rows: i
     bm, bn = (plan["bn"], plan["bm"]) if plan["transposed"] else (plan["bm"], plan["bn"])
     ri = torch.from_numpy(sample_index(m, bm, rows, rng))
     ci = torch.from_numpy(sample_index(n, bn, cols, rng))
-    dev = "cuda"
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
     A = a.index_select(0, ri).to(dev).double()
     ref = None
     for k0 in range(0, a.shape[1], 8192):          # B's sampled columns, a K-slab at a time
@@ -136,40 +163,65 @@ def check(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, plan: dict, rows: i
     return (float("inf") if nan else rel), len(ri), len(ci)
 
 
-def run_case(name, a, b, c, *, gemm_name, budget, acc, batches, check_rows, check_cols, incore, tol, target, seed):
+def run_case(name, a, b, c, *, gemm_name, budget, acc, batches, check_rows, check_cols, incore, tol, target, seed,
+             warmup="run", rates=None, blocks=None, check_it=True):
     gemm = torch_gemm if gemm_name == "torch" else tiledmm_gemm()
-    stats = {}
     box = {}
+    m, k = a.shape
+    n = b.shape[1]
+    plan = None
+    if blocks:
+        plan = plan_out_of_core(m, n, k, a.dtype, c_dtype=c.dtype, acc_dtype=acc, max_device_bytes=budget,
+                                direct=(a.is_pinned(), b.is_pinned(), c.is_pinned()), rates=rates, blocks=blocks)
+    runs = []
 
     def call():
         st = {}
-        matmul_out_of_core(a, b, c, max_device_bytes=budget, gemm=gemm, stats=st, acc_dtype=acc)
+        t = time.perf_counter()
+        matmul_out_of_core(a, b, c, max_device_bytes=budget, gemm=gemm, stats=st, acc_dtype=acc, rates=rates, plan=plan)
+        st["call_s"] = time.perf_counter() - t
         box["stats"] = st
-    log(f"[{name}] gemm={gemm_name}: warm-up run (autotunes block shapes), then {batches} timed")
-    ms = time_calls(call, batches=batches, per_batch=1, warmup=1)
+        runs.append(st["wall_s"])
+    t = time.perf_counter()
+    if warmup == "plan":      # the GEMM once per block shape of the plan (compiles, autotunes), no product
+        p = warm_out_of_core(a, b, c, max_device_bytes=budget, gemm=gemm, acc_dtype=acc, rates=rates, plan=plan)
+        log(f"[{name}] gemm={gemm_name}: warmed the GEMM on the plan's block shapes in {time.perf_counter() - t:.1f} s"
+            f" ({p.describe()}); {batches} timed run(s)")
+        ms = time_calls(call, batches=batches, per_batch=1, warmup=0)
+        log(f"  timed calls took {time.perf_counter() - t:.1f} s with the warm-up; walls {[round(x, 3) for x in runs]}")
+    else:
+        log(f"[{name}] gemm={gemm_name}: warm-up run (autotunes block shapes), then {batches} timed")
+        ms = time_calls(call, batches=batches, per_batch=1, warmup=1)
+        del runs[:max(0, len(runs) - batches)]            # the warm-up run
+        log(f"  warm-up + timed calls took {time.perf_counter() - t:.1f} s; timed walls {[round(x, 3) for x in runs]}")
     stats = box["stats"]
     log(f"  plan: {stats['plan_text']}")
-    rel, nr, nc = check(a, b, c, stats["plan"], check_rows, check_cols, seed)
-    m, k = a.shape
-    n = b.shape[1]
+    if check_it:
+        rel, nr, nc = check(a, b, c, stats["plan"], check_rows, check_cols, seed)
+        log(f"  check: {nr} rows x {nc} cols vs float64: rel err {rel:.2e} (tol {tol:.0e}) -> "
+            f"{'ok' if rel <= tol else 'WRONG'}")
+    else:
+        rel = float("nan")
     tf = 2.0 * m * n * k / (ms * 1e-3) / 1e12
-    span = stats["device_span_ms"]
-    log(f"  check: {nr} rows x {nc} cols vs float64: rel err {rel:.2e} (tol {tol:.0e}) -> "
-        f"{'ok' if rel <= tol else 'WRONG'}")
     log(f"  time {ms / 1e3:.3f} s = {tf:.1f} TFLOP/s; in-core cuBLAS {incore['torch'][0]:.1f} TFLOP/s -> "
         f"{tf / incore['torch'][0]:.3f}x (target {target}x)"
         + (f"; in-core tiledmm {incore['tiledmm'][0]:.1f} -> {tf / incore['tiledmm'][0]:.3f}x"
            if 'tiledmm' in incore else ""))
-    log(f"  streams over {span:.0f} ms (last run): copy-in busy {stats['copy_in_ms']:.0f} ms, compute busy "
-        f"{stats['compute_ms']:.0f} ms (idle {stats['compute_idle_ms']:.0f} ms), copy-out busy "
-        f"{stats['copy_out_ms']:.0f} ms; host: {stats['host']}; bytes {stats['bytes']}; "
-        f"{stats['gemm_calls']} GEMMs, memcpy2d={stats['memcpy2d']}, threads={stats['threads']}")
+    w = where_time_went(stats)
+    log(f"  last run: {fmt_time(w, stats)}")
+    log(f"  host: {stats['host']}; bytes {stats['bytes']}; {stats['gemm_calls']} GEMMs, memcpy2d={stats['memcpy2d']}, "
+        f"threads={stats['threads']}; model {stats['plan']['est_s']:.3f} s")
     tl = stats.pop("timeline")
     return {"case": name, "gemm": gemm_name, "shape": [m, k, n], "dtype": str(a.dtype).replace("torch.", ""),
             "budget": budget, "ms": ms, "tflops": tf, "incore_cublas_tflops": incore["torch"][0],
             "x_incore_cublas": tf / incore["torch"][0],
             "x_incore_same_kernel": tf / incore[gemm_name][0] if gemm_name in incore else None,
-            "target": target, "rel_err": rel, "ok": rel <= tol, "stats": stats, "timeline_head": tl[:400]}
+            "target": target, "rel_err": rel, "ok": (rel <= tol) if check_it else True, "stats": stats,
+            "where": w, "walls": runs, "timeline": tl if len(tl) <= 4000 else tl[:4000]}
+
+
+def parse_blocks(text):
+    return [tuple(int(v) for v in item.split("x")) for item in text.split(",") if item] if text else []
 
 
 def main():
@@ -183,13 +235,20 @@ def main():
     ap.add_argument("--skip-fp32", action="store_true")
     ap.add_argument("--skip-bf16", action="store_true")
     ap.add_argument("--quick", action="store_true", help="N=24000 fp32 (6 GiB budget), 16384 bf16 (1 GiB budget)")
+    ap.add_argument("--also-quick", action="store_true", help="the --quick cases first, then the full ones")
+    ap.add_argument("--fp32-warmup", choices=("run", "plan"), default="plan",
+                    help="plan: the GEMM once on each block shape of the plan (default); run: a whole untimed run")
+    ap.add_argument("--bf16-batches", type=int, default=3)
+    ap.add_argument("--no-rates", action="store_true", help="plan with the default GEMM rate, not the measured in-core one")
+    ap.add_argument("--fp32-blocks", default="", help="force the fp32 block shape, BMxBNxBK")
+    ap.add_argument("--bf16-blocks", default="", help="force the bf16 block shape, BMxBNxBK")
+    ap.add_argument("--bf16-sweep", default="", help="after the bf16 runs: these block shapes (BMxBNxBK,...), torch GEMM, "
+                                                     "timed without a check")
     ap.add_argument("--threads", type=int, default=min(16, os.cpu_count() or 4))
     ap.add_argument("--check-rows", type=int, default=64)
     ap.add_argument("--check-cols", type=int, default=2048)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
-    if args.quick:
-        args.n, args.budget_gib, args.bf16_n, args.bf16_budget_gib, args.incore_n = 24000, 6.0, 16384, 1.0, 8192
     if tiledmm.emulating():
         sys.exit("needs a GPU")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -199,71 +258,108 @@ def main():
     env = {"date": datetime.date.today().isoformat(), "device": p.name, "torch": torch.__version__,
            "numpy": np.__version__, "cuda": torch.version.cuda, "host_mem_available_gb": mem_available() / 1e9,
            "cpus": os.cpu_count(), "gpu_free_gb": torch.cuda.mem_get_info()[0] / 1e9}
+    try:
+        import triton
+        env["triton"] = triton.__version__
+    except ImportError:
+        pass
     log(json.dumps(env))
     results = []
     T0 = time.perf_counter()
-    # ---------------- float32 from numpy
-    if not args.skip_fp32:
-        n = args.n
-        need = 3 * n * n * 4
-        log(f"[fp32] {n}^3 from numpy: operands {need / 1e9:.1f} GB; host available {mem_available() / 1e9:.1f} GB")
-        if need > 0.92 * mem_available():
-            sys.exit(f"not enough host memory for {need / 1e9:.1f} GB of operands")
-        incore = {g: incore_rate(args.incore_n, torch.float32, g) for g in ["torch"] + [g for g in gemms if g != "torch"]}
-        for g, (tf, ms, rel) in incore.items():
-            log(f"  in-core {g} fp32 {args.incore_n}^3: {ms:.2f} ms = {tf:.1f} TFLOP/s (rel err {rel:.1e})")
-        t = time.perf_counter()
-        A = np.empty((n, n), np.float32)
-        B = np.empty((n, n), np.float32)
-        C = np.empty((n, n), np.float32)
-        fill_numpy(A, 1, args.threads)
-        fill_numpy(B, 2, args.threads)
-        fill_numpy(C, 0, args.threads, nan=True)
-        log(f"  fill (threads={args.threads}): {time.perf_counter() - t:.1f} s; peak RSS {peak_rss() / 1e9:.1f} GB")
-        budget = int(args.budget_gib * GiB) if args.budget_gib else None
-        for g in gemms:
-            if g != gemms[0]:
-                fill_numpy(C, 0, args.threads, nan=True)
-            results.append(run_case("fp32 numpy", torch.from_numpy(A), torch.from_numpy(B), torch.from_numpy(C),
-                                    gemm_name=g, budget=budget, acc=None, batches=1, check_rows=args.check_rows,
-                                    check_cols=args.check_cols, incore=incore, tol=1e-4, target=0.85, seed=3))
-        log(f"  peak RSS {peak_rss() / 1e9:.1f} GB; elapsed {time.perf_counter() - T0:.0f} s")
-        del A, B, C
-        gc.collect()
-    # ---------------- bfloat16, pinned torch tensors, forced budget
-    if not args.skip_bf16:
-        n = args.bf16_n
-        log(f"[bf16] {n}^3 pinned, budget {args.bf16_budget_gib} GiB: operands {3 * n * n * 2 / 1e9:.1f} GB")
-        incore = {g: incore_rate(args.incore_n, torch.bfloat16, g) for g in ["torch"] + [g for g in gemms if g != "torch"]}
-        for g, (tf, ms, rel) in incore.items():
-            log(f"  in-core {g} bf16 {args.incore_n}^3: {ms:.2f} ms = {tf:.1f} TFLOP/s (rel err {rel:.1e})")
-        t = time.perf_counter()
-        (A, ra), (B, rb), (C, rc) = (pinned_empty((n, n), torch.bfloat16) for _ in range(3))
-        fill_torch(A, 1, args.threads)
-        fill_torch(B, 2, args.threads)
-        fill_torch(C, 0, args.threads, nan=True)
-        log(f"  allocate+pin+fill: {time.perf_counter() - t:.1f} s; pinned: {A.is_pinned()}, {B.is_pinned()}")
-        for g in gemms:
-            if g != gemms[0]:
-                fill_torch(C, 0, args.threads, nan=True)
-            results.append(run_case("bf16 pinned", A, B, C, gemm_name=g, budget=int(args.bf16_budget_gib * GiB),
-                                    acc=torch.float32 if g == "tiledmm" else None, batches=3,
-                                    check_rows=args.check_rows, check_cols=args.check_cols, incore=incore,
-                                    tol=1.5e-2, target=0.70, seed=4))
-        for t_, r_ in ((A, ra), (B, rb), (C, rc)):
-            if r_:
-                torch.cuda.cudart().cudaHostUnregister(t_.data_ptr())
-        del A, B, C
+    configs = []
+    if args.quick or args.also_quick:
+        configs.append(dict(n=24000, budget_gib=6.0, bf16_n=16384, bf16_budget_gib=1.0, incore_n=8192, quick=True))
+    if not args.quick:
+        configs.append(dict(n=args.n, budget_gib=args.budget_gib, bf16_n=args.bf16_n,
+                            bf16_budget_gib=args.bf16_budget_gib, incore_n=args.incore_n, quick=False))
+    for cfg in configs:
+        tag = " (quick)" if cfg["quick"] else ""
+        # ---------------- float32 from numpy
+        if not args.skip_fp32:
+            n = cfg["n"]
+            need = 3 * n * n * 4
+            log(f"[fp32{tag}] {n}^3 from numpy: operands {need / 1e9:.1f} GB; host available {mem_available() / 1e9:.1f} GB")
+            if need > 0.92 * mem_available():
+                sys.exit(f"not enough host memory for {need / 1e9:.1f} GB of operands")
+            incore = {g: incore_rate(cfg["incore_n"], torch.float32, g) for g in ["torch"] + [g for g in gemms if g != "torch"]}
+            for g, (tf, ms, rel) in incore.items():
+                log(f"  in-core {g} fp32 {cfg['incore_n']}^3: {ms:.2f} ms = {tf:.1f} TFLOP/s (rel err {rel:.1e})")
+            t = time.perf_counter()
+            A = np.empty((n, n), np.float32)
+            B = np.empty((n, n), np.float32)
+            C = np.empty((n, n), np.float32)
+            fill_numpy(A, 1, args.threads)
+            fill_numpy(B, 2, args.threads)
+            fill_numpy(C, 0, args.threads, nan=True)
+            log(f"  fill (threads={args.threads}): {time.perf_counter() - t:.1f} s; peak RSS {peak_rss() / 1e9:.1f} GB")
+            budget = int(cfg["budget_gib"] * GiB) if cfg["budget_gib"] else None
+            blocks = parse_blocks(args.fp32_blocks)
+            for g in gemms:
+                if g != gemms[0]:
+                    fill_numpy(C, 0, args.threads, nan=True)
+                rates = None if args.no_rates else {"gemm": incore[g][0] * 1e12}
+                results.append(run_case(f"fp32 numpy{tag}", torch.from_numpy(A), torch.from_numpy(B), torch.from_numpy(C),
+                                        gemm_name=g, budget=budget, acc=None, batches=1, check_rows=args.check_rows,
+                                        check_cols=args.check_cols, incore=incore, tol=1e-4, target=0.85, seed=3,
+                                        warmup="run" if cfg["quick"] else args.fp32_warmup, rates=rates,
+                                        blocks=blocks[0] if blocks and not cfg["quick"] else None))
+            log(f"  peak RSS {peak_rss() / 1e9:.1f} GB; elapsed {time.perf_counter() - T0:.0f} s")
+            del A, B, C
+            gc.collect()
+        # ---------------- bfloat16, pinned torch tensors, forced budget
+        if not args.skip_bf16:
+            n = cfg["bf16_n"]
+            log(f"[bf16{tag}] {n}^3 pinned, budget {cfg['bf16_budget_gib']} GiB: operands {3 * n * n * 2 / 1e9:.1f} GB")
+            incore = {g: incore_rate(cfg["incore_n"], torch.bfloat16, g) for g in ["torch"] + [g for g in gemms if g != "torch"]}
+            for g, (tf, ms, rel) in incore.items():
+                log(f"  in-core {g} bf16 {cfg['incore_n']}^3: {ms:.2f} ms = {tf:.1f} TFLOP/s (rel err {rel:.1e})")
+            t = time.perf_counter()
+            A, B, C = (torch.empty((n, n), dtype=torch.bfloat16) for _ in range(3))
+            fill_torch(A, 1, args.threads)
+            fill_torch(B, 2, args.threads)
+            fill_torch(C, 0, args.threads, nan=True)
+            t1 = time.perf_counter()
+            (A, ra), (B, rb), (C, rc) = (pin(x) for x in (A, B, C))
+            log(f"  allocate+fill {t1 - t:.1f} s, pin {time.perf_counter() - t1:.1f} s; pinned: {A.is_pinned()}, "
+                f"{B.is_pinned()}, {C.is_pinned()}")
+            budget = int(cfg["bf16_budget_gib"] * GiB)
+            blocks = parse_blocks(args.bf16_blocks)
+            for g in gemms:
+                if g != gemms[0]:
+                    fill_torch(C, 0, args.threads, nan=True)
+                rates = None if args.no_rates else {"gemm": incore[g][0] * 1e12}
+                results.append(run_case(f"bf16 pinned{tag}", A, B, C, gemm_name=g, budget=budget,
+                                        acc=torch.float32 if g == "tiledmm" else None, batches=args.bf16_batches,
+                                        check_rows=args.check_rows, check_cols=args.check_cols, incore=incore,
+                                        tol=1.5e-2, target=0.70, seed=4, rates=rates,
+                                        blocks=blocks[0] if blocks and not cfg["quick"] else None))
+            if not cfg["quick"]:
+                for bl in parse_blocks(args.bf16_sweep):
+                    try:
+                        results.append(run_case(f"bf16 sweep {'x'.join(map(str, bl))}", A, B, C, gemm_name="torch",
+                                                budget=budget, acc=None, batches=2, check_rows=0, check_cols=0,
+                                                incore=incore, tol=1.5e-2, target=0.70, seed=4,
+                                                rates={"gemm": incore["torch"][0] * 1e12}, blocks=bl, check_it=False))
+                    except Exception as e:  # noqa: BLE001 -- a shape that does not fit: say so, go on
+                        log(f"  sweep {bl}: {type(e).__name__}: {e}")
+            for t_, r_ in ((A, ra), (B, rb), (C, rc)):
+                if r_:
+                    torch.cuda.cudart().cudaHostUnregister(t_.data_ptr())
+            del A, B, C
+            gc.collect()
     # ---------------- table
     log(f"\npeak RSS {peak_rss() / 1e9:.1f} GB; total {time.perf_counter() - T0:.0f} s")
-    hdr = f"{'case':<12} {'gemm':<8} {'shape':<20} {'budget GiB':>10} {'s':>8} {'TFLOP/s':>8} {'x cuBLAS':>8} " \
-          f"{'x same':>7} {'target':>6} {'rel err':>9} check"
+    hdr = f"{'case':<26} {'gemm':<8} {'shape':<20} {'budget GiB':>10} {'s':>8} {'TFLOP/s':>8} {'x cuBLAS':>8} " \
+          f"{'x same':>7} {'target':>6} {'rel err':>9} check  in/comp/out busy, comp idle (ms)"
     log(hdr)
     for r in results:
-        log(f"{r['case']:<12} {r['gemm']:<8} {'x'.join(map(str, r['shape'])):<20} "
+        w = r["where"]
+        log(f"{r['case']:<26} {r['gemm']:<8} {'x'.join(map(str, r['shape'])):<20} "
             f"{(r['budget'] or r['stats']['plan']['budget']) / GiB:>10.1f} {r['ms'] / 1e3:>8.3f} {r['tflops']:>8.1f} "
             f"{r['x_incore_cublas']:>8.3f} {r['x_incore_same_kernel'] or float('nan'):>7.3f} {r['target']:>6} "
-            f"{r['rel_err']:>9.2e} {'ok' if r['ok'] else 'WRONG'}")
+            f"{r['rel_err']:>9.2e} {'ok' if r['ok'] else 'WRONG'}  {w['copy_in_busy_ms']:.0f}/{w['compute_busy_ms']:.0f}/"
+            f"{w['copy_out_busy_ms']:.0f}, {w['compute_idle_ms']:.0f}  [{r['stats']['plan']['bm']}x{r['stats']['plan']['bn']}"
+            f"x{r['stats']['plan']['bk']}]")
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench_outofcore.json"), "w") as f:
         json.dump({"environment": env, "results": results}, f, indent=1, default=str)
