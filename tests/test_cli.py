@@ -142,6 +142,38 @@ BAD = [
     (["model", "--profile", "g80", "--bandwidth", "-1"], "--bandwidth must be > 0", False),
     (["claims", "--markdown", "/nonexistent/x.md"], "does not exist", False),
     (["run", "--tile", "x"], "", False),   # a click usage error: its own message, exit 2
+    (["tune"], "give the shapes", False),
+    (["tune", "1024x1024"], "JxKxL", False),
+    (["tune", "0x8x8"], "positive", False),
+    (["tune", "64x64x64", "--dtype", "float8"], "--dtype 'float8'", False),
+    (["tune", "64x64x64", "--dtype", "bfloat16", "--precision", "tf32"], "float32 only", False),
+    (["tune", "64x64x64", "--dtype", "float32", "--dtype", "float16", "--precision", "ieee"], "float32 only", False),
+    (["tune", "64x64x64", "--precision", "fp8"], "choose ieee or tf32", False),
+    (["tune", "64x64x64", "--batch", "0"], "--batch must be > 0", False),
+    (["tune", "2x64x64x64", "--batch", "3"], "give one of them", False),
+    (["tune", "64x64x64", "--layout", "nx"], "--layout 'nx'", False),
+    (["tune", "64x64x64", "-k", "nope"], "unknown kernel 'nope'", False),
+    (["tune", "64x64x64", "-k", "tiled", "--dtype", "bfloat16"], "supports dtypes", False),
+    (["tune", "64x64x64", "-k", "tiled", "--precision", "tf32"], "no precision option", False),
+    (["tune", "--show", "--forget"], "not both", False),
+    (["tune", "--show", "64x64x64"], "takes no shapes", False),
+    (["tune", "64x64x64"], "nothing to tune without a GPU", True),
+    (["tune", "64x64x64", "--dtype", "float64"], "nothing to tune without a GPU", True),
+    (["outofcore", "-s", "64x48"], "JxKxL", False),
+    (["outofcore", "-s", "2x64x48x80"], "not a batch", False),
+    (["outofcore", "-s", "64x48x80", "--dtype", "float64"], "choose float32, float16 or bfloat16", False),
+    (["outofcore", "-s", "64x48x80", "--max-device-bytes", "16GB?"], "write a byte count", False),
+    (["outofcore", "-s", "64x48x80", "--max-device-bytes", "12 parsecs"], "write a byte count", False),
+    (["outofcore", "-s", "64x48x80", "--max-device-bytes", "0"], "at least 1 byte", False),
+    (["outofcore", "-s", "64x48x80", "--max-device-bytes", "12"], "cannot hold even 1x1 blocks", False),
+    (["outofcore", "-s", "1000000x1000000x1000000"], "of host memory", False),
+    (["outofcore", "-s", "64x48x80", "-k", "nope"], "unknown kernel 'nope'", False),
+    (["outofcore", "-s", "64x48x80", "-k", "tiled", "--dtype", "bfloat16"], "supports dtypes", False),
+    (["outofcore", "-s", "64x48x80", "--check-rows", "-1"], "--check-rows must be >= 0", False),
+    (["outofcore", "-s", "64x48x80", "--check-cols", "0"], "--check-cols must be > 0", False),
+    (["outofcore", "-s", "500x500x500"], "emulation limit", True),
+    (["outofcore", "-s", "64x48x80", "--pinned"], "needs a GPU", True),
+    (["outofcore", "-s", "64x48x80", "-k", "cublas"], "needs a GPU", True),
 ]
 
 
@@ -184,7 +216,7 @@ def readme_commands() -> list[tuple[str, bool]]:
 def test_readme_has_commands():
     cmds = [c for c, _ in readme_commands()]
     for sub in ("run", "bench", "kernels", "device", "occupancy", "model", "burst", "trace", "explain", "roofline",
-                "claims", "--version"):
+                "claims", "tune", "outofcore", "--version"):
         assert any(c.split()[1:2] == [sub] or f" {sub}" in c for c in cmds), f"README shows no `tiledmm {sub}`"
 
 
@@ -228,3 +260,145 @@ def test_bench_plan_and_refusals():
     assert all(p.kernel == "triton" for p in pts if len(p.shape) == 4)
     if not GPU:
         assert B.plan(["quick"], ["fp32"], ["tiled", "triton"]) == []
+
+
+# -- tiledmm tune ---------------------------------------------------------------------------------
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """tiledmm.tuning on an empty store in tmp_path."""
+    from tiledmm import tuning
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    tuning.forget()
+    yield tuning
+    tuning.forget()
+
+
+def _remember(tuning, key: str, choice: str) -> None:
+    """A choice written the way every tuner writes one: tuning.choose with tuning on."""
+    mode = tuning.mode()
+    tuning.set_mode("on")
+    try:
+        assert tuning.choose(key, {choice: lambda: 1.0, "slower": lambda: 2.0}, "slower") == choice
+    finally:
+        tuning.set_mode(mode)
+
+
+def test_tune_show_and_forget_the_store(store):
+    path = store.store_path()
+    code, out, _ = cli("tune", "--show")
+    assert code == 0 and "no tuned choices" in out and "does not exist" in out
+    _remember(store, "triton|test|(10, 10, 10)", "blocked:BLOCK_M=64")
+    _remember(store, "simt-autotuned|float64|(6, 6, 6)", "t64x64")
+    assert path.exists()
+    code, out, err = cli("tune", "--show")
+    assert code == 0, err
+    assert "2 choices" in out and f"store: {path}" in out
+    for text in ("triton|test|(10, 10, 10)", "blocked:BLOCK_M=64", "simt-autotuned|float64|(6, 6, 6)", "t64x64"):
+        assert text in out
+    code, out, err = cli("tune", "--forget")
+    assert code == 0, err
+    assert "forgetting 2 tuned choices" in out and "triton|test|(10, 10, 10)" in out and f"removed {path}" in out
+    assert not path.exists() and store.lookup("triton|test|(10, 10, 10)") is None
+    code, out, _ = cli("tune", "--forget")
+    assert code == 0 and "nothing to forget" in out
+    path.write_text("not json")                      # a damaged store: --show says so, --forget removes it
+    code, _, err = cli("tune", "--show")
+    assert code == 2 and "not a tuning store" in err and err.count("\n") == 1
+    code, out, _ = cli("tune", "--forget")
+    assert code == 0 and not path.exists()
+
+
+@pytest.mark.skipif(GPU, reason="the CPU's refusal")
+def test_tune_without_a_gpu_is_one_line_in_a_fresh_process(store):
+    p = tiledmm("tune", "1024x1024x1024")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip().splitlines()[-1].startswith("error: nothing to tune without a GPU")
+    assert tiledmm("tune", "--show").returncode == 0
+
+
+@pytest.mark.gpu
+def test_gpu_tune_tunes_remembers_and_shows(store, monkeypatch):
+    monkeypatch.setenv("TILEDMM_TUNE", "off")        # the command turns tuning on for itself
+    p = tiledmm("tune", "512x512x512", timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "tuned now" in p.stdout and "triton|" in p.stdout and "store:" in p.stdout
+    doc = json.loads(store.store_path().read_text())
+    assert [k for k in doc if k.startswith("triton|")], doc
+    again = tiledmm("tune", "600x512x512", "1000x512x512")     # the same class (log2 buckets), a new process
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "remembered" in again.stdout and "tuned now" not in again.stdout
+    show = tiledmm("tune", "--show")
+    assert show.returncode == 0 and "triton|" in show.stdout and f"{len(doc)} choice" in show.stdout
+
+
+# -- tiledmm outofcore -----------------------------------------------------------------------------
+def _ooc_row(out: str) -> list[str]:
+    row = next(ln for ln in out.splitlines() if ln.startswith("│"))
+    return [c.strip() for c in row.strip("│").split("│")]
+
+
+@pytest.mark.skipif(GPU, reason="emulation: the CPU stands in for the GPU")
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_outofcore_in_emulation_several_blocks_progress_to_the_end(dtype):
+    code, out, err = cli("outofcore", "-s", "64x48x80", "--dtype", dtype, "--max-device-bytes", "12KiB")
+    assert code == 0, out + err
+    assert out.startswith("plan: ") and "GEMMs" in out.splitlines()[0]
+    shape, dt, kind, budget, gemms, secs, tflops, rel, check, *busy = _ooc_row(out)
+    assert (shape, dt, kind, budget) == ("64x48x80", dtype, "torch" if dtype == "bfloat16" else "numpy", "12 KiB")
+    done, total = map(int, gemms.split("/"))
+    assert done == total > 4                          # the progress callback reached the total
+    assert check == "ok" and float(rel) < 1e-2 and len(busy) == 3
+
+
+@pytest.mark.skipif(GPU, reason="emulation's default budget")
+def test_outofcore_default_budget_in_emulation_forces_blocks():
+    code, out, err = cli("outofcore", "-s", "40x30x50", "--check-rows", "0", "--seed", "3")
+    assert code == 0, out + err
+    row = _ooc_row(out)
+    assert int(row[4].split("/")[1]) > 1 and row[7] == "–" and row[8] == "skipped"
+
+
+def test_byte_sizes_and_host_helpers(monkeypatch):
+    import numpy as np
+    import torch
+    from tiledmm import cli as C
+    assert [C.parse_bytes("x", t) for t in ("123", "512MiB", "16GiB", "16gib", "1.5 KiB", "2GB")] == \
+        [123, 512 << 20, 16 << 30, 16 << 30, 1536, 2 * 10 ** 9]
+    assert C.human_bytes(16 << 30) == "16 GiB" and C.human_bytes(100) == "100 B"
+    assert C.mem_available() > 0
+    monkeypatch.setattr(C, "FILL_CHUNK", 256)          # many chunks: the values do not depend on the thread pool
+    x, y = torch.empty(50, 7), torch.from_numpy(np.empty((50, 7), np.float32))
+    C.fill_random(x, 5)
+    C.fill_random(y, 5)
+    assert len(C._row_chunks(x)) == 6 and torch.equal(x, y) and x.std() > 0.5
+    C.fill_random(y, 5, nan=True)
+    assert torch.isnan(y).all()
+    idx = C._sample_index(100, 30, 16, np.random.default_rng(0))
+    assert {0, 29, 30, 59, 60, 89, 90, 99} <= set(idx.tolist()) and len(idx) <= 16
+
+
+def test_check_sampled_finds_wrong_and_unwritten_results():
+    import torch
+    from tiledmm.cli import check_sampled
+    from tiledmm.outofcore import plan_out_of_core
+    a, b = torch.randn(30, 20), torch.randn(20, 25)
+    plan = plan_out_of_core(30, 25, 20, torch.float32, max_device_bytes=2000)
+    c = a @ b
+    rel, rows, cols = check_sampled(a, b, c, plan, 8, 10)
+    assert rel < 1e-6 and rows <= 8 and cols <= 10
+    c[:, :] = 0
+    assert check_sampled(a, b, c, plan, 8, 10)[0] > 0.5
+    c[:] = float("nan")
+    assert check_sampled(a, b, c, plan, 8, 10)[0] == float("inf")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,pinned", [("float32", False), ("bfloat16", True)])
+def test_gpu_outofcore_forced_budget(dtype, pinned):
+    code, out, err = cli("outofcore", "-s", "3000x2000x2500", "--dtype", dtype, "--max-device-bytes", "8MiB",
+                         *(["--pinned"] if pinned else []))
+    assert code == 0, out + err
+    row = _ooc_row(out)
+    assert row[2] == ("torch pinned" if pinned else "numpy") and row[8] == "ok"
+    done, total = map(int, row[4].split("/"))
+    assert done == total > 4

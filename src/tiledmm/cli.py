@@ -6,11 +6,14 @@ line (``error: ...``) on stderr with exit code 2; nothing a user types ends in a
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import json
 import os
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import List, Optional
 
@@ -31,7 +34,7 @@ console = Console(width=None if sys.stdout.isatty() else 132)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 132)
 
 # commands that never run a kernel: no emulation banner for them
-NO_KERNEL = {"kernels", "device", "occupancy", "model", "burst", "roofline"}
+NO_KERNEL = {"kernels", "device", "occupancy", "model", "burst", "roofline", "tune"}
 PROFILE_HELP = "a built-in profile (g80, lecture1536, example150, ampere, h100); default: the GPU in use"
 
 
@@ -135,11 +138,48 @@ def parse_shape(text: str, *, batch: bool = True) -> tuple:
         dims = ()
     if len(dims) not in ((3, 4) if batch else (3,)) or min(dims) < 1:
         if len(dims) == 4 and min(dims) >= 1:
-            raise TiledmmError(f"shape {text!r}: this command draws or traces one JxKxL product, not a batch; "
+            raise TiledmmError(f"shape {text!r}: this command takes one JxKxL product, not a batch; "
                                f"drop the leading batch size (e.g. {'x'.join(map(str, dims[1:]))})")
         raise TiledmmError(f"shape {text!r}: write JxKxL{' (or BxJxKxL)' if batch else ''} with positive "
                            "integers, e.g. 3000x2000x4000")
     return dims
+
+
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12}
+
+
+def parse_bytes(name: str, text: str) -> int:
+    """'123', '512MiB', '16GiB', '1.5GB' -> bytes (binary KiB..TiB, decimal kB..TB); refused otherwise."""
+    import re
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text or "")
+    unit = m and m.group(2).lower()
+    if not m or unit not in _UNITS:
+        raise TiledmmError(f"{name} {text!r}: write a byte count as 123, 512MiB or 16GiB "
+                           "(units B, KiB, MiB, GiB, TiB or kB, MB, GB, TB)")
+    n = int(float(m.group(1)) * _UNITS[unit])
+    if n < 1:
+        raise TiledmmError(f"{name} {text!r}: must be at least 1 byte")
+    return n
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def mem_available() -> Optional[int]:
+    """Host memory available for new allocations (MemAvailable in /proc/meminfo), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def writable(path: str, suffixes=None) -> Path:
@@ -642,6 +682,394 @@ def claims(markdown: Optional[str] = typer.Option(None, metavar="FILE", help="al
         console.print(Text(f"({mark[r['id']].strip()[1:-1]}) {r['id']}: {r['note']}"), soft_wrap=True)
     if path:
         console.print(escape(f"wrote {path}"))
+
+
+# -- tuning --------------------------------------------------------------------------------------
+TUNE_DTYPES = ("float32", "float16", "bfloat16", "float64")
+LAYOUTS = ("nn", "nt", "tn", "tt")
+
+
+@contextlib.contextmanager
+def _recording_choices(record: list):
+    """While inside, note every ``tuning.choose`` call: its key, the choice, what was stored before."""
+    from . import tuning
+    real = tuning.choose
+
+    def choose(key, candidates, model_pick, **kw):
+        before = tuning.lookup(key)
+        name = real(key, candidates, model_pick, **kw)
+        record.append({"key": key, "choice": name, "before": before, "stored": tuning.lookup(key),
+                       "candidates": len(candidates)})
+        return name
+    tuning.choose = choose
+    try:
+        yield record
+    finally:
+        tuning.choose = real
+
+
+def _how(rec: dict) -> str:
+    if rec["stored"] is None:
+        return "model's pick (one candidate: nothing to time)" if rec["candidates"] == 1 else \
+            "model's pick (no candidate ran)"
+    if rec["before"] == rec["choice"]:
+        return "remembered"
+    return f"tuned now ({rec['candidates']} candidates timed)"
+
+
+def _tune_operand(batch: int, rows: int, cols: int, transposed: bool, dtype):
+    """A random rows x cols CUDA operand (batched when batch > 1); 't': the transpose of a row-major array."""
+    import torch
+    shape = ((batch,) if batch > 1 else ()) + ((cols, rows) if transposed else (rows, cols))
+    t = torch.randn(shape, device="cuda", dtype=dtype)
+    return t.transpose(-1, -2) if transposed else t
+
+
+def _read_store(strict: bool = True):
+    """(path, {key: choice} or None when there is no store file) for this GPU and library versions."""
+    from . import tuning
+    path = tuning.store_path()
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        return path, None
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if not isinstance(doc, dict):
+        if strict:
+            raise TiledmmError(f"{path}: not a tuning store (not a JSON object); `tiledmm tune --forget` removes it")
+        doc = {}
+    return path, doc
+
+
+def _show_store() -> None:
+    path, doc = _read_store()
+    if not doc:
+        console.print(escape(f"no tuned choices stored for this GPU and these library versions "
+                             f"({path} {'is empty' if doc == {} else 'does not exist'})"), soft_wrap=True)
+        return
+    table(f"tuning store: {len(doc)} choice{'s' * (len(doc) != 1)}", ("key", "choice"), sorted(doc.items()))
+    console.print(escape(f"store: {path}"), soft_wrap=True)
+
+
+def _forget_store() -> None:
+    from . import tuning
+    path, doc = _read_store(strict=False)
+    if doc is None:
+        console.print(escape(f"nothing to forget: {path} does not exist"), soft_wrap=True)
+        return
+    if doc:
+        table(f"forgetting {len(doc)} tuned choice{'s' * (len(doc) != 1)}", ("key", "choice"), sorted(doc.items()))
+    path.unlink()
+    tuning.forget()
+    console.print(escape(f"removed {path}"), soft_wrap=True)
+
+
+@command()
+def tune(shapes: Optional[List[str]] = typer.Argument(None, metavar="JxKxL", hidden=True,   # (told above)
+                                                       help="shapes P (JxK @ KxL) to tune; a leading 4th number "
+                                                            "is a batch."),
+         dtype: Optional[List[str]] = typer.Option(None, "--dtype", metavar="|".join(TUNE_DTYPES),
+                                                   help="repeatable; default float32."),
+         precision: Optional[str] = typer.Option(None, metavar="ieee|tf32",
+                                                 help="float32 only: ieee (default) or tf32 (tensor cores)."),
+         kernel: Optional[str] = typer.Option(None, "--kernel", "-k", metavar="NAME",
+                                              help="default: tiledmm.matmul's for the dtype (triton; autotuned "
+                                                   "for float64)."),
+         batch: int = typer.Option(1, metavar="B", help="batch size of every shape."),
+         layout: str = typer.Option("nn", metavar="nn|nt|tn|tt",
+                                    help="storage of a and b: n row-major, t the transpose of a row-major array."),
+         show: bool = typer.Option(False, "--show", metavar="",
+                                   help="List the tuned choices stored for this GPU and library versions."),
+         forget: bool = typer.Option(False, "--forget", metavar="", help="Empty that store (listing what goes).")):
+    """Tune ahead of time: for each shape JxKxL given (P = M (JxK) @ N (KxL), e.g. 4096x4096x4096
+    128x4096x11008; a leading 4th number is a batch), time the candidate kernels and configs of its
+    class on this GPU once (what tiledmm.matmul's first call does) and remember the fastest on disk."""
+    from . import _backend, registry, tuning
+    from .api import default_kernel, matmul
+    if show and forget:
+        raise TiledmmError("give --show or --forget, not both")
+    if (show or forget) and shapes:
+        raise TiledmmError(f"{'--show' if show else '--forget'} takes no shapes")
+    if show:
+        return _show_store()
+    if forget:
+        return _forget_store()
+    if not shapes:
+        raise TiledmmError("give the shapes to tune (e.g. tiledmm tune 1024x1024x1024 4096x4096x4096), "
+                           "or --show / --forget")
+    dtypes = list(dict.fromkeys(dtype or ["float32"]))
+    for d in dtypes:
+        if d not in TUNE_DTYPES:
+            raise TiledmmError(f"--dtype {d!r}: choose from {', '.join(TUNE_DTYPES)}")
+    if layout not in LAYOUTS:
+        raise TiledmmError(f"--layout {layout!r}: choose nn, nt, tn or tt (a's then b's storage: "
+                           "n row-major, t transposed)")
+    positive("--batch", batch)
+    problems = []
+    for s in shapes:
+        dims = parse_shape(s)
+        if len(dims) == 4:
+            if batch not in (1, dims[0]):
+                raise TiledmmError(f"shape {s!r} has batch {dims[0]} and --batch is {batch}: give one of them")
+            problems.append(dims)
+        else:
+            problems.append((batch, *dims))
+    problems = list(dict.fromkeys(problems))
+    if precision is not None:
+        if precision not in ("ieee", "tf32"):
+            raise TiledmmError(f"--precision {precision!r}: choose ieee or tf32")
+        other = [d for d in dtypes if d != "float32"]
+        if other:
+            raise TiledmmError(f"--precision {precision}: float32 only; {other[0]} takes none "
+                               "(drop --precision, or tune that dtype separately)")
+    specs = {}
+    for d in dtypes:
+        spec = registry.get(kernel or default_kernel(d))
+        if d not in spec.dtypes:
+            raise TiledmmError(f"kernel {spec.name!r} supports dtypes {list(spec.dtypes)}, not {d}")
+        if precision is not None and "precision" not in spec.options:
+            raise TiledmmError(f"--precision: kernel {spec.name!r} has no precision option")
+        specs[d] = spec
+    if _backend.emulating():
+        raise TiledmmError("nothing to tune without a GPU: in emulation each kernel runs one fixed configuration "
+                           "(tiledmm tune --show and --forget still work)")
+    import torch
+    free = torch.cuda.mem_get_info()[0]
+    for b, m, k, n in problems:
+        for d in dtypes:
+            need = b * (m * k + k * n + 2 * m * n) * getattr(torch, d).itemsize
+            if need > 0.9 * free:
+                raise TiledmmError(f"shape {'x'.join(map(str, (b, m, k, n) if b > 1 else (m, k, n)))} {d}: operands, "
+                                   f"result and a tuning scratch need {human_bytes(need)} of GPU memory, "
+                                   f"{human_bytes(free)} is free; a smaller shape of the same class tunes the same key")
+    if tuning.mode() == "off":
+        console.print("TILEDMM_TUNE=off does not apply here: tune times the candidates")
+    rows, seen = [], []
+    prev_mode = tuning.mode()
+    tuning.set_mode("on")
+    try:
+        with progress_bar() as progress:
+            task = progress.add_task("tuning", total=len(problems) * len(dtypes))
+            for b, m, k, n in problems:
+                label = "x".join(map(str, (b, m, k, n) if b > 1 else (m, k, n)))
+                for d in dtypes:
+                    progress.update(task, description=f"tuning {label} {d}")
+                    dt = getattr(torch, d)
+                    a = _tune_operand(b, m, k, layout[0] == "t", dt)
+                    bb = _tune_operand(b, k, n, layout[1] == "t", dt)
+                    torch.cuda.synchronize()
+                    with _recording_choices([]) as record:
+                        t0 = time.perf_counter()
+                        matmul(a, bb, kernel=kernel, precision=precision)
+                        torch.cuda.synchronize()
+                        secs = time.perf_counter() - t0
+                    del a, bb
+                    spec = specs[d]
+                    cls = (spec.name, d, precision, layout, b > 1, registry.shape_class(m, n, k))
+                    if record:
+                        key = "\n".join(r["key"] for r in record)
+                        choice = "\n".join(r["choice"] for r in record)
+                        how = "; ".join(dict.fromkeys(_how(r) for r in record))
+                        seen.append((cls, key, choice, label))
+                    else:
+                        earlier = [s for s in seen if s[0] == cls]
+                        if earlier:
+                            _, key, choice, first = earlier[-1]
+                            how = f"remembered (same class as {first})"
+                        else:
+                            key = choice = None
+                            how = "chosen earlier in this process" if "config" in spec.options else \
+                                f"no tuner: {spec.name} has one configuration"
+                    dlabel = d + (f"/{precision}" if precision else "")
+                    rows.append((label, dlabel, layout, spec.name, key, choice, how, f"{secs:.3g}"))
+                    progress.advance(task)
+    finally:
+        tuning.set_mode(prev_mode)
+    table(f"tiledmm tune — {environment()['device']}",
+          ("shape", "dtype", "layout", "kernel", "tuning key", "variant:config", "how", "first call s"), rows,
+          right=("first call s",))
+    console.print(escape(f"store: {tuning.store_path()}"), soft_wrap=True)
+
+
+# -- out of core ---------------------------------------------------------------------------------
+OOC_DTYPES = ("float32", "float16", "bfloat16")
+OOC_TOL = {"float32": 1e-4, "float16": 3e-3, "bfloat16": 1.5e-2}
+FILL_CHUNK = 32 << 20
+
+
+def _row_chunks(t) -> list:
+    """(index, first row, end row) of row chunks of about FILL_CHUNK bytes of a 2-D tensor."""
+    per = max(1, FILL_CHUNK // max(1, t.shape[1] * t.element_size()))
+    return [(i, r, min(r + per, t.shape[0])) for i, r in enumerate(range(0, t.shape[0], per))]
+
+
+def fill_random(t, seed: int, *, nan: bool = False, advance=None) -> None:
+    """Standard-normal values (or NaN) into a 2-D CPU torch tensor (numpy arrays through torch.from_numpy),
+    chunk by chunk on a pool of threads (torch's kernels release the GIL): a 32 GB operand in seconds,
+    not minutes. Each chunk's values depend on (seed, chunk index) alone, not on the thread count."""
+    import torch
+
+    def work(chunk):
+        i, r0, r1 = chunk
+        if nan:
+            t[r0:r1].fill_(float("nan"))
+        else:
+            t[r0:r1].normal_(generator=torch.Generator().manual_seed(seed * 1_000_003 + i))
+        if advance:
+            advance()
+    with ThreadPoolExecutor(min(16, os.cpu_count() or 2)) as ex:
+        list(ex.map(work, _row_chunks(t)))
+
+
+def _host_matrix(rows: int, cols: int, dtype: str, pinned: bool, registered: list):
+    """An uninitialised host operand: page-locked torch (registered with CUDA, no power-of-two rounding of
+    torch's pinned allocator), else numpy for float32/float16 and a pageable torch tensor for bfloat16."""
+    import numpy as np
+    import torch
+    if pinned:
+        t = torch.empty((rows, cols), dtype=getattr(torch, dtype))
+        err = torch.cuda.cudart().cudaHostRegister(t.data_ptr(), t.numel() * t.element_size(), 0)
+        if int(err) != 0:
+            raise TiledmmError(f"--pinned: page-locking {human_bytes(t.numel() * t.element_size())} failed "
+                               f"(cudaHostRegister: {err}); run without --pinned")
+        registered.append(t)
+        return t
+    if dtype == "bfloat16":
+        return torch.empty((rows, cols), dtype=torch.bfloat16)
+    return torch.from_numpy(np.empty((rows, cols), dtype=dtype))
+
+
+def _sample_index(n: int, block: int, count: int, rng):
+    """About ``count`` sorted indices below n: both ends and the block edges (spread out), the rest at random."""
+    import numpy as np
+    edges = sorted({0, n - 1} | {e + d for e in range(block, n, block) for d in (-1, 0)})
+    if len(edges) > count // 2:
+        edges = [edges[i] for i in np.linspace(0, len(edges) - 1, max(count // 2, 2)).astype(int)]
+    rest = rng.choice(n, size=min(n, max(0, count - len(edges))), replace=False)
+    return np.unique(np.concatenate([np.array(edges, dtype=np.int64), rest.astype(np.int64)]))
+
+
+def check_sampled(a, b, c, plan, rows: int, cols: int, seed: int = 0) -> tuple:
+    """(relative Frobenius error, rows, columns) of sampled rows x columns of c = a @ b against float64,
+    the plan's block edges among them; NaN anywhere in the sample (C unwritten) counts as infinite."""
+    import numpy as np
+    import torch
+    from . import _backend
+    rng = np.random.default_rng(seed)
+    (m, k), n = a.shape, b.shape[1]
+    bm, bn = (plan.bn, plan.bm) if plan.transposed else (plan.bm, plan.bn)
+    ri, ci = (torch.from_numpy(_sample_index(d, blk, cnt, rng)) for d, blk, cnt in ((m, bm, rows), (n, bn, cols)))
+    dev = "cpu" if _backend.emulating() else "cuda"
+    ar = a.index_select(0, ri).to(dev, torch.float64)
+    ref = torch.zeros(len(ri), len(ci), dtype=torch.float64, device=dev)
+    for k0 in range(0, k, 8192):                       # B's sampled columns, a K-slab at a time
+        ref += ar[:, k0:k0 + 8192] @ b[k0:k0 + 8192].index_select(1, ci).to(dev, torch.float64)
+    got = c.index_select(0, ri).index_select(1, ci).to(dev, torch.float64)
+    if bool(torch.isnan(got).any()):
+        return float("inf"), len(ri), len(ci)
+    return float((got - ref).norm() / ref.norm().clamp_min(1e-300)), len(ri), len(ci)
+
+
+@command()
+def outofcore(shape: str = typer.Option(..., "--shape", "-s", metavar="JxKxL",
+                                        help="P = M (JxK) @ N (KxL), random host operands; in emulation at most "
+                                             "the kernel's emulation limit of multiply-adds."),
+              dtype: str = typer.Option("float32", metavar="|".join(OOC_DTYPES),
+                                        help="element type (float32, float16: numpy arrays; bfloat16: torch "
+                                             "tensors); 16-bit products accumulate in float32 on the device."),
+              max_device_bytes: Optional[str] = typer.Option(
+                  None, "--max-device-bytes", metavar="BYTES",
+                  help="device budget for tiles: 123, 512MiB, 16GiB (default: free GPU memory less a reserve; in "
+                       "emulation a quarter of the operands, so that there are several blocks)."),
+              pinned: bool = typer.Option(False, "--pinned", metavar="",
+                                          help="Page-locked torch host operands (copies go straight to the GPU) "
+                                               "instead of pageable ones. GPU only."),
+              kernel: Optional[str] = typer.Option(None, "--kernel", "-k", metavar="NAME",
+                                                   help="the device GEMM (default: tiledmm.matmul's for the dtype)."),
+              check_rows: int = typer.Option(64, metavar="N", help="rows of the result checked against float64, "
+                                             "block edges among them (0: no check)."),
+              check_cols: int = typer.Option(2048, metavar="N", help="columns of those rows checked."),
+              seed: int = typer.Option(0, metavar="N", help="seed of the random operands.")):
+    """Out of core: multiply random host matrices larger than the GPU's memory, streamed through it in
+    blocks (tiledmm.outofcore) under a progress bar; check sampled rows against float64; report the
+    rate and how busy the copy-in, compute and copy-out streams were."""
+    from . import _backend, registry
+    from .api import default_kernel
+    m, k, n = parse_shape(shape, batch=False)
+    if dtype not in OOC_DTYPES:
+        raise TiledmmError(f"--dtype {dtype!r}: choose float32, float16 or bfloat16")
+    budget = None if max_device_bytes is None else parse_bytes("--max-device-bytes", max_device_bytes)
+    positive("--check-rows", check_rows, allow_zero=True)
+    positive("--check-cols", check_cols)
+    spec = registry.get(kernel or default_kernel(dtype))
+    if dtype not in spec.dtypes:
+        raise TiledmmError(f"kernel {spec.name!r} supports dtypes {list(spec.dtypes)}, not {dtype}")
+    gpu = not _backend.emulating()
+    if pinned and not gpu:
+        raise TiledmmError("--pinned: page-locked host memory needs a GPU; none is in use (emulation)")
+    import torch
+    from .outofcore import matmul_out_of_core, plan_out_of_core, tiledmm_gemm
+    tdtype = getattr(torch, dtype)
+    host = (m * k + k * n + m * n) * tdtype.itemsize
+    avail = mem_available()
+    if avail is not None and host > 0.9 * avail:
+        raise TiledmmError(f"{shape} {dtype}: A, B and C take {human_bytes(host)} of host memory, "
+                           f"{human_bytes(avail)} is available (MemAvailable in /proc/meminfo)")
+    if not gpu:
+        if spec.emulation_limit is None:
+            raise TiledmmError(f"kernel {spec.name!r} needs a GPU; none is in use (emulation)")
+        limit = _backend.emulation_limit(spec.emulation_limit)
+        if m * k * n > limit:
+            raise TiledmmError(f"{shape}: {m * k * n:,} multiply-adds, over the emulation limit of {limit:,} for "
+                               f"kernel {spec.name!r} (no GPU: the CPU stands in for it); try 64x48x80")
+        budget = budget or max(host // 4, 4096)
+    acc = torch.float32 if dtype != "float32" else None
+    plan = plan_out_of_core(m, n, k, tdtype, acc_dtype=acc, max_device_bytes=budget,
+                            direct=(pinned, pinned, pinned and acc is None))
+    console.print(escape(f"plan: {plan.describe()}"), soft_wrap=True)
+    registered: list = []
+    done = [0, plan.steps]
+    try:
+        with progress_bar() as progress:
+            a, b, c = (_host_matrix(r, q, dtype, pinned, registered) for r, q in ((m, k), (k, n), (m, n)))
+            task = progress.add_task(f"random operands ({human_bytes(host)})",
+                                     total=sum(len(_row_chunks(t)) for t in (a, b, c)))
+            for t, s, poison in ((a, 2 * seed + 1, False), (b, 2 * seed + 2, False), (c, 0, True)):
+                fill_random(t, s, nan=poison, advance=lambda: progress.advance(task))   # C: NaN until written
+            progress.remove_task(task)
+            task = progress.add_task(f"out of core {shape} {dtype}", total=plan.steps)
+
+            def on_progress(d, total):
+                done[:] = [d, total]
+                progress.update(task, completed=d, total=total)
+            stats: dict = {}
+            matmul_out_of_core(a, b, c, max_device_bytes=budget, gemm=tiledmm_gemm(kernel), progress=on_progress,
+                               stats=stats, acc_dtype=acc, plan=plan)
+            if check_rows:
+                progress.update(task, description=f"checking {check_rows} rows against float64")
+                rel, _, _ = check_sampled(a, b, c, plan, check_rows, check_cols, seed)
+            else:
+                rel = None
+    finally:
+        for t in registered:
+            torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
+    secs = stats["wall_s"]
+    ok = rel is None or rel <= OOC_TOL[dtype]
+    kind = "torch pinned" if pinned else ("torch" if dtype == "bfloat16" else "numpy")
+    table(f"tiledmm outofcore — {environment()['device']}",
+          ("shape", "dtype", "operands", "budget", "GEMMs", "s", "TFLOP/s", "rel err", "check",
+           "in busy s", "GEMM busy s", "out busy s"),
+          [(f"{m}x{k}x{n}", dtype, kind, human_bytes(plan.budget), f"{done[0]:,}/{done[1]:,}", f"{secs:.3g}",
+            f"{2.0 * m * n * k / secs / 1e12:.3g}", None if rel is None else f"{rel:.1e}",
+            ok_cell(ok) if rel is not None else "skipped",
+            *(f"{stats[f'{s}_ms'] / 1e3:.3g}" for s in ("copy_in", "compute", "copy_out")))],
+          right=("budget", "GEMMs", "s", "TFLOP/s", "rel err", "in busy s", "GEMM busy s", "out busy s"))
+    console.print("busy: seconds the copy-in, GEMM and copy-out streams were working")
+    if not gpu:
+        console.print("times are emulation (CPU simulator) times; they say nothing about GPU speed")
+    if not ok:
+        raise typer.Exit(1)
 
 
 @command("kernels")
