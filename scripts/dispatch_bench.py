@@ -20,6 +20,7 @@ import time
 import torch
 
 import tiledmm
+import tiledmm.kernels.block.matmul as block_matmul
 from tiledmm.timing import time_calls, wall_us_per_call
 
 DT = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -47,6 +48,26 @@ def first_call_seconds(n: int, dtype: str, cache: str) -> float:
     return float(r.stdout.strip().splitlines()[-1])
 
 
+def first_call_profile(n: int, dtype: str, cache: str) -> str:
+    """Where a fresh process's first call goes: imports, then cProfile of the call (cumulative)."""
+    code = f"""
+import time; t0 = time.perf_counter()
+import torch; t1 = time.perf_counter()
+import tiledmm; t2 = time.perf_counter()
+a = torch.randn({n}, {n}, device='cuda', dtype=torch.{dtype}); b = torch.randn({n}, {n}, device='cuda', dtype=torch.{dtype})
+torch.cuda.synchronize(); t3 = time.perf_counter()
+import cProfile, pstats, io
+p = cProfile.Profile(); p.enable(); tiledmm.matmul(a, b); torch.cuda.synchronize(); p.disable(); t4 = time.perf_counter()
+tiledmm.matmul(a, b); torch.cuda.synchronize(); t5 = time.perf_counter()
+print(f"import torch {{t1-t0:.2f}} s, import tiledmm {{t2-t1:.2f}} s, CUDA init + inputs {{t3-t2:.2f}} s, "
+      f"first call {{t4-t3:.3f}} s (under cProfile), second call {{t5-t4:.4f}} s")
+s = io.StringIO(); pstats.Stats(p, stream=s).sort_stats('cumulative').print_stats(28); print(s.getvalue())
+"""
+    env = dict(os.environ, TILEDMM_CACHE_DIR=cache, TILEDMM_QUIET="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    return r.stdout + r.stderr[-2000:]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -66,15 +87,21 @@ def main() -> None:
         import cupy
         from numba import cuda
         n = 256
-        ca = cupy.random.standard_normal((n, n), dtype=cupy.float32)
-        cb = cupy.random.standard_normal((n, n), dtype=cupy.float32)
-        tiledmm.matmul(ca, cb)
         ta, tb = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
-        tm = wall_us_per_call(lambda: torch.matmul(ta, tb))
-        rows.append(("cupy", "float32", n, tm, wall_us_per_call(lambda: tiledmm.matmul(ca, cb)), float("nan")))
+        ref = ta.double() @ tb.double()
+        ca, cb = cupy.from_dlpack(ta), cupy.from_dlpack(tb)
         na, nb = cuda.as_cuda_array(ta), cuda.as_cuda_array(tb)
-        tiledmm.matmul(na, nb)
-        rows.append(("numba", "float32", n, tm, wall_us_per_call(lambda: tiledmm.matmul(na, nb)), float("nan")))
+        tm = wall_us_per_call(lambda: torch.matmul(ta, tb))
+        tt = wall_us_per_call(lambda: tiledmm.matmul(ta, tb))
+        for kind, x, y, back in (("cupy", ca, cb, torch.from_dlpack), ("numba", na, nb, torch.as_tensor)):
+            for _ in range(3):                  # full path, bind, then the short path
+                r = tiledmm.matmul(x, y)
+            torch.cuda.synchronize()
+            got = back(r, device="cuda") if kind == "numba" else back(r)
+            err = ((got.double() - ref).norm() / ref.norm()).item()
+            assert err < TOL["float32"], (kind, err)
+            rows.append((kind, "float32", n, tm, wall_us_per_call(lambda x=x, y=y: tiledmm.matmul(x, y)), err))
+        rows.append(("(torch tensors, same n)", "float32", n, tm, tt, float("nan")))
     except Exception as e:  # noqa: BLE001
         print("cupy/numba rows skipped:", repr(e)[:200])
 
@@ -101,7 +128,17 @@ def main() -> None:
         check(*sets[0], dtype)
         t_torch = time_calls([lambda x=x, y=y: torch.matmul(x, y) for x, y in sets])
         t_tile = time_calls([lambda x=x, y=y: tiledmm.matmul(x, y) for x, y in sets])
-        ratio_rows.append((f"{m}x{k}x{n}", dtype, t_torch * 1e3, t_tile * 1e3, t_torch / t_tile))
+        # the same calls captured in a CUDA graph: device time alone, no host work per call
+        g, n_calls = torch.cuda.CUDAGraph(), 20
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            tiledmm.matmul(*sets[0])
+            with torch.cuda.graph(g, stream=side):
+                for i in range(n_calls):
+                    tiledmm.matmul(*sets[i % 4])
+        t_graph = time_calls(g.replay) / n_calls
+        ratio_rows.append((f"{m}x{k}x{n}", dtype, t_torch * 1e3, t_tile * 1e3, t_torch / t_tile, t_graph * 1e3))
+    print("chosen launches:", {k: v for k, v in block_matmul.plans().items()})
 
     # first call of a known shape class in a fresh process (tuning persisted by the first process)
     cache = tempfile.mkdtemp(prefix="tiledmm-cache-")
@@ -112,14 +149,17 @@ def main() -> None:
         warm = first_call_seconds(1600, dtype, cache)     # same shape class, a new process
         fresh.append((dtype, cold, warm, time.perf_counter() - t0))
 
+    print("\n== where the first call of a fresh process goes (bf16, class tuned above)")
+    print(first_call_profile(1600, "bfloat16", cache))
+
     print("\n== per-call wall time (us), steady state, 200 queued calls")
     print(f"{'kind':6} {'dtype':9} {'n':>5} {'torch.matmul':>12} {'tiledmm':>9} {'diff':>7} {'rel err':>9}")
     for kind, dtype, n, tm, tt, err in rows:
         print(f"{kind:6} {dtype:9} {n:5d} {tm:12.1f} {tt:9.1f} {tt - tm:+7.1f} {err:9.1e}")
     print("\n== GPU time per call, queued batches (us)")
-    print(f"{'shape':16} {'dtype':9} {'torch':>8} {'tiledmm':>8} {'x cuBLAS':>8}")
-    for s, dtype, a, b, r in ratio_rows:
-        print(f"{s:16} {dtype:9} {a:8.1f} {b:8.1f} {r:8.2f}")
+    print(f"{'shape':16} {'dtype':9} {'torch':>8} {'tiledmm':>8} {'x cuBLAS':>8} {'tiledmm in a graph':>18}")
+    for s, dtype, a, b, r, gr in ratio_rows:
+        print(f"{s:16} {dtype:9} {a:8.1f} {b:8.1f} {r:8.2f} {gr:18.1f}")
     print("\n== first call in a fresh process (s): tuning run, then a new process of the same class")
     for dtype, cold, warm, _ in fresh:
         print(f"{dtype:9} first process {cold:6.2f}   second process {warm:6.2f}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import numbers
+
+import numpy as np
 import threading
 from contextlib import nullcontext
 from typing import Any
@@ -102,7 +104,6 @@ def _stream_context(kind: str, stream: Any, device):
 
 def _result_shape(sa: tuple, sb: tuple, a, b) -> tuple[tuple, tuple, tuple]:
     """(batch shape, M, N) and the result's shape by numpy's matmul rules."""
-    import torch
     if len(sa) == 0 or len(sb) == 0:
         raise TiledmmError(f"matmul needs arrays of at least one dimension; got {describe(a, 'a')}; "
                            f"{describe(b, 'b')} (for scalars use *)")
@@ -113,9 +114,9 @@ def _result_shape(sa: tuple, sb: tuple, a, b) -> tuple[tuple, tuple, tuple]:
                            f"(a's last dimension, {K}, must equal b's {'only' if len(sb) == 1 else 'second-to-last'} "
                            f"dimension, {Kb})")
     ba, bb = sa[:-2], sb[:-2]
-    try:
-        batch = tuple(torch.broadcast_shapes(ba, bb))
-    except RuntimeError:
+    try:      # numpy's, not torch's: torch.broadcast_shapes imports sympy (3 s) on its first call
+        batch = tuple(int(n) for n in np.broadcast_shapes(ba, bb))
+    except ValueError:
         raise TiledmmError(f"batch dimensions do not broadcast: a is {shape_str(sa)}, b is {shape_str(sb)} "
                            f"(batch {shape_str(ba)} vs {shape_str(bb)})") from None
     M = sa[-2] if len(sa) > 1 else 1
@@ -151,6 +152,13 @@ def matmul(a: Any, b: Any, *, kernel: str | None = None, tile: int | None = None
     if _Tensor is not None and type(a) is _Tensor and type(b) is _Tensor and stream is None and tile is None \
             and not options and max_device_bytes is None:
         plan = _fast_plans.get((a.dtype, b.dtype, a.device, a.dim(), b.dim(), kernel, precision))
+        if plan is not None:
+            r = plan(a, b, out, alpha, beta)
+            if r is not None:
+                return r
+    elif type(a) in _foreign and type(b) is type(a) and stream is None and tile is None and not options \
+            and max_device_bytes is None:
+        plan = _fast_plans.get((type(a), a.dtype, a.ndim, b.ndim, kernel, precision))
         if plan is not None:
             r = plan(a, b, out, alpha, beta)
             if r is not None:
@@ -241,11 +249,11 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
     if out is not None:
         if not exact:
             write_back(out, out_kind, target)
-        if kind == "torch" and host is False:
-            _remember_fast(spec, kernel, precision, a, b)
+        if not host:
+            _remember_fast(spec, kind, kernel, precision, a, b)
         return out
-    if kind == "torch" and not host:
-        _remember_fast(spec, kernel, precision, a, b)
+    if not host:
+        _remember_fast(spec, kind, kernel, precision, a, b)
     return from_torch(target, kind, a)
 
 
@@ -331,28 +339,35 @@ _fast_lock = threading.Lock()
 class _FastPlan:
     """Repeat calls with torch CUDA tensors on the Triton family: 2-D or 3-D operands
     without broadcasting, same dtype in and out, the caller's current stream and device.
-    Returns None where anything is unusual, and the full path handles the call."""
+    Returns None where anything is unusual, and the full path handles the call.
+
+    Each exact call signature (shapes, strides, each pointer's 16-byte alignment, alpha,
+    beta) resolves once to a *bound launch* (``fastlaunch.replay``): the compiled kernel,
+    grid and every integer argument fixed, so a repeat call passes three pointers."""
 
     def __init__(self, a, precision: str | None):
         import torch
-        from .kernels.block.matmul import check_precision, resolved
+        from .kernels.block.matmul import check_precision
         self.device, self.dtype = a.device, a.dtype
+        self.index = a.device.index
         self.precision = check_precision(str(a.dtype).replace("torch.", ""), precision)
-        self.resolve, self.empty, self.Tensor = resolved, torch.empty, torch.Tensor
+        self.empty, self.Tensor = torch.empty, torch.Tensor
         self.exact: dict[tuple, Any] = {}
-        self.current = torch.cuda.current_device
+        self.current = torch._C._cuda_getDevice
+        self.stream = torch._C._cuda_getCurrentRawStream
 
     def __call__(self, a, b, out, alpha, beta):
-        if type(alpha) is not float and type(alpha) is not int or type(beta) is not float and type(beta) is not int:
+        ta, tb = type(alpha), type(beta)
+        if ta is not float and ta is not int or tb is not float and tb is not int:
             return None
         sa, sb = a.shape, b.shape
-        if sa[-1] != sb[-2] or b.device != self.device or self.current() != self.device.index:
+        if sa[-1] != sb[-2] or self.current() != self.index or b.device != self.device:
             return None
         if len(sa) == 3 and sa[0] != sb[0]:     # the plan's key fixes both ranks equal
             return None
         shape = (*sa[:-1], sb[-1])
         if out is None:
-            if beta != 0:
+            if beta:
                 return None
             c = self.empty(shape, dtype=self.dtype, device=self.device)
         else:
@@ -362,31 +377,143 @@ class _FastPlan:
             c = out
         if 0 in shape or sa[-1] == 0:
             return None
-        alpha, beta = float(alpha), float(beta)
-        # the exact call signature -> the resolved launch: skips the plan key's stride and alignment scan
-        sig = (sa, sb, a.stride(), b.stride(), c.stride(), (a.data_ptr() | b.data_ptr() | c.data_ptr()) & 15,
-               alpha == 1.0, beta == 0.0)
-        fn = self.exact.get(sig)
-        if fn is None:
-            fn = self.resolve(a, b, c, self.precision, alpha, beta)
+        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+        sig = (sa, sb, a.stride(), b.stride(), c.stride(), pa & 15, pb & 15, pc & 15, alpha, beta)
+        hit = self.exact.get(sig)
+        if hit is None:
             if len(self.exact) > 512:
                 self.exact.clear()
-            self.exact[sig] = fn
-        fn(a, b, c, alpha=alpha, beta=beta)
+            self.exact[sig] = _bind(a, b, c, self.precision, float(alpha), float(beta))
+        elif hit[0] is not None:
+            hit[0](self.stream(self.index), pa, pb, pc)
+        else:
+            hit[1](a, b, c, alpha=hit[2], beta=hit[3])
         return c
 
 
-def _remember_fast(spec: KernelSpec, kernel, precision, a, b) -> None:
-    """After a successful full-path call on torch CUDA tensors, allow the short path for its kind."""
+def _bind(a, b, c, precision: str, alpha: float, beta: float) -> tuple:
+    """Run this call through the Triton dispatcher (on torch's current stream) and return what
+    repeats it for its exact signature: (bound launch ``go(stream, pa, pb, pc)``, None, ...), or,
+    where the chosen variant is more than one plain launch (a copy, a workspace, descriptors),
+    (None, the variant's launch, alpha, beta)."""
+    from .kernels.block import fastlaunch
+    from .kernels.block.matmul import resolved
+    fn = resolved(a, b, c, precision, alpha, beta)
+    go = fastlaunch.replay(fn, a, b, c, alpha=alpha, beta=beta)
+    return (go, None, alpha, beta) if go is not None else (None, fn, alpha, beta)
+
+
+class _PointerPlan:
+    """The short path for CuPy arrays and numba device arrays: the same bound launches as
+    torch's (``fastlaunch.replay``), keyed by the array's own shapes, byte strides and
+    pointers, on CuPy's current stream (CuPy) or the default stream (numba); the output is
+    allocated by the array's own library. No conversion to torch after a signature's first
+    call. Signatures whose launch is more than one plain launch take the full path."""
+
+    def __init__(self, kind: str, a, precision: str | None):
+        import torch
+        from .kernels.block.matmul import check_precision
+        self.kind, self.dtype, self.type = kind, a.dtype, type(a)
+        self.precision = check_precision(dtype_name(a, kind), precision)
+        self.exact: dict[tuple, Any] = {}
+        self.index = torch.cuda.current_device()
+        if kind == "cupy":
+            import cupy
+            self.empty = cupy.empty
+            self.ptr = lambda x: x.data.ptr
+            current = cupy.cuda.get_current_stream
+            self.stream = lambda: current().ptr
+            device = cupy.cuda.runtime.getDevice
+            self.on_device = lambda x, y: x.data.device_id == y.data.device_id == device() == self.index
+        else:
+            from ._backend import numba_cuda
+            cuda = numba_cuda()
+            self.empty = cuda.device_array
+            self.ptr = lambda x: x.device_ctypes_pointer.value
+            self.stream = lambda: 0
+            current = torch._C._cuda_getDevice
+            self.on_device = lambda x, y: current() == self.index
+
+    def __call__(self, a, b, out, alpha, beta):
+        ta, tb = type(alpha), type(beta)
+        if ta is not float and ta is not int or tb is not float and tb is not int:
+            return None
+        sa, sb = a.shape, b.shape
+        if sa[-1] != sb[-2] or b.dtype != self.dtype or not self.on_device(a, b):
+            return None
+        if len(sa) == 3 and sa[0] != sb[0]:
+            return None
+        shape = (*sa[:-1], sb[-1])
+        if 0 in shape or sa[-1] == 0:
+            return None
+        if out is None:
+            if beta:
+                return None
+            c = self.empty(shape, dtype=self.dtype)
+        else:
+            if type(out) is not self.type or out.shape != shape or out.dtype != self.dtype or 0 in out.strides:
+                return None
+            c = out
+        pa, pb, pc = self.ptr(a), self.ptr(b), self.ptr(c)
+        if out is not None and (_span_overlap(c, pc, a, pa) or _span_overlap(c, pc, b, pb)):
+            return None
+        sig = (sa, sb, a.strides, b.strides, c.strides, pa & 15, pb & 15, pc & 15, alpha, beta)
+        go = self.exact.get(sig, False)
+        if go is None:                  # this signature takes the full path
+            return None
+        if go is not False:
+            go(self.stream(), pa, pb, pc)
+            return c
+        if len(self.exact) > 512:
+            self.exact.clear()
+        done, self.exact[sig] = self._bind(a, b, c, float(alpha), float(beta))
+        return c if done else None
+
+    def _bind(self, a, b, c, alpha, beta) -> tuple:
+        """The first call of a signature, through torch views on this kind's stream:
+        (whether it ran, the bound launch or None)."""
+        import torch
+        device = torch.device("cuda", self.index)
+        A, B, C = to_torch(a, self.kind), to_torch(b, self.kind), to_torch(c, self.kind)
+        if C.data_ptr() != self.ptr(c) or A.data_ptr() != self.ptr(a) or B.data_ptr() != self.ptr(b):
+            return False, None          # copied by the conversion (a layout torch cannot view)
+        with torch.cuda.device(device), _stream_context(self.kind, None, device):
+            go = _bind(A, B, C, self.precision, alpha, beta)[0]
+        return True, go
+
+
+def _span_overlap(x, px: int, y, py: int) -> bool:
+    """Whether two arrays' byte ranges (from their own strides) intersect."""
+    def end(t, p):
+        return p + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.strides)) + t.itemsize
+    return px < end(y, py) and py < end(x, px)
+
+
+_foreign: set = set()
+
+
+def _remember_fast(spec: KernelSpec, kind: str, kernel, precision, a, b) -> None:
+    """After a successful full-path call on device arrays, allow the short path for its kind."""
     global _Tensor
-    if spec.family != "block" or _backend.emulating() or a.dim() not in (2, 3) or b.dim() != a.dim():
+    if spec.family != "block" or _backend.emulating() or kind not in ("torch", "cupy", "numba"):
         return
-    key = (a.dtype, b.dtype, a.device, a.dim(), b.dim(), kernel, precision)
+    ndim = len(a.shape)
+    if ndim not in (2, 3) or len(b.shape) != ndim:
+        return
+    if kind == "torch":
+        key = (a.dtype, b.dtype, a.device, a.dim(), b.dim(), kernel, precision)
+    else:
+        if any(s < 0 for s in tuple(a.strides) + tuple(b.strides)):
+            return
+        key = (type(a), a.dtype, ndim, ndim, kernel, precision)
     if key not in _fast_plans:
         import torch
         with _fast_lock:
-            _fast_plans[key] = _FastPlan(a, precision)
-            _Tensor = torch.Tensor
+            _fast_plans[key] = _FastPlan(a, precision) if kind == "torch" else _PointerPlan(kind, a, precision)
+            if kind == "torch":
+                _Tensor = torch.Tensor
+            else:
+                _foreign.add(type(a))
 
 
 def kernel_names() -> list[str]:

@@ -62,13 +62,27 @@ def register(spec: KernelSpec) -> KernelSpec:
     return spec
 
 
-def _load() -> None:
+# The family module of the kernels a first call most often names, so that such a call imports
+# only its own family (numba's import alone costs about a second); any other name loads all.
+_HOME = {"triton": "tiledmm.kernels.block", "cublas": "tiledmm.kernels.library"}
+
+
+def _load(name: str | None = None) -> None:
     import importlib
-    importlib.import_module("tiledmm.kernels")  # importing registers every family
+    if name in _HOME:
+        importlib.import_module(_HOME[name])
+        if name in _REGISTRY:
+            return
+    from .kernels import FAMILIES
+    for family in FAMILIES:                     # importing a family registers its kernels
+        importlib.import_module(family)
 
 
 def get(name: str) -> KernelSpec:
-    _load()
+    spec = _REGISTRY.get(name)
+    if spec is not None:
+        return spec
+    _load(name)
     try:
         return _REGISTRY[name]
     except KeyError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 
-from .fastlaunch import current_stream  # noqa: F401  (one home for the raw-stream lookup)
+from .fastlaunch import Launcher, current_stream  # noqa: F401  (one home for launches and the raw stream)
 
 from ..._backend import emulating, mode
 
@@ -32,6 +32,16 @@ def num_sms() -> int:
         return 4   # the interpreter stands in for a small GPU
     import torch
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def smem_limit() -> int:
+    """Shared memory one block may opt in to (232,448 bytes on the H100), less barrier slack."""
+    if emulating():
+        return 1 << 30
+    import torch
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return getattr(p, "shared_memory_per_block_optin", 232448) - 1024
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,63 +93,3 @@ def cfg(bm, bn, bk, warps, stages, **extra) -> dict:
 def split_meta(config: dict) -> tuple[dict, int, int]:
     meta = dict(config)
     return meta, meta.pop("num_warps", 4), meta.pop("num_stages", 3)
-
-
-def _int_key(v: int) -> int:
-    big = 0 if -2 ** 31 <= v < 2 ** 31 else 4
-    return big + (1 if v == 1 else (2 if v % 16 == 0 else 0))
-
-
-def _arg_key(a):
-    if type(a) is int:
-        return _int_key(a)
-    if type(a) is float or type(a) is bool:
-        return None
-    base = getattr(a, "base", None)
-    if base is not None and hasattr(a, "block_shape"):   # a host TensorDescriptor
-        return ("desc", base.dtype, tuple(a.block_shape))
-    if hasattr(a, "data_ptr"):
-        return (a.dtype, a.data_ptr() % 16 == 0)
-    return type(a)
-
-
-class Launcher:
-    """``fn[grid](*args, **meta)`` without Triton's per-call Python work after the first launch
-    of each specialisation: the CompiledKernel is remembered under the keys Triton specialises
-    on (ints equal to 1 / divisible by 16 / 64-bit, pointer dtype and 16-byte alignment, a host
-    descriptor's dtype and block shape) plus the meta-parameters, and its launcher is called
-    directly on torch's current stream. Any failure of the direct call falls back to Triton's
-    own launch for good (another Triton version's launcher signature)."""
-
-    def __init__(self, fn):
-        import inspect
-        self.fn = fn
-        self.params = [p.name for p in inspect.signature(fn.fn).parameters.values()]
-        self.cache: dict = {}
-        self.direct = not emulating()
-        self.last = None
-
-    def __call__(self, grid, args: tuple, meta: dict, num_warps: int, num_stages: int):
-        if not self.direct:
-            self.last = self.fn[grid](*args, **meta, num_warps=num_warps, num_stages=num_stages)
-            return self.last
-        key = (tuple(meta.items()), num_warps, num_stages, tuple(_arg_key(a) for a in args))
-        hit = self.cache.get(key)
-        if hit is None:
-            ck = self.fn[grid](*args, **meta, num_warps=num_warps, num_stages=num_stages)
-            n = len(args)
-            full_names = self.params
-            self.cache[key] = (ck, [meta[name] if i >= n else None for i, name in enumerate(full_names)])
-            self.last = ck
-            return ck
-        ck, tail = hit
-        full = list(args) + tail[len(args):]
-        try:
-            ck.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, current_stream(),
-                   ck.function, ck.packed_metadata, None, None, None, *full)
-        except (TypeError, AttributeError, SystemError, ValueError):
-            self.direct = False
-            self.last = self.fn[grid](*args, **meta, num_warps=num_warps, num_stages=num_stages)
-        return ck
-
-

@@ -45,6 +45,19 @@ def tiles(M: int, N: int, c: dict, batch: int = 1) -> int:
     return batch * math.ceil(M / c["BLOCK_M"]) * math.ceil(N / c["BLOCK_N"])
 
 
+def smem_bytes(c: dict, esize: int, out_esize: int, tma_store: bool) -> int:
+    """Shared memory a config asks for: ``num_stages`` A and B tiles, and (TMA store) the C tile
+    staged for the copy engine. Measured on the H100: 128x256x32 tf32, 3 stages, TMA store needs
+    278,552 bytes = 147,456 + 131,072 + barriers."""
+    pipe = c.get("num_stages", 1) * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * esize
+    return pipe + (c["BLOCK_M"] * c["BLOCK_N"] * out_esize if tma_store else 0) + 1024
+
+
+def fitting(configs: list[dict], esize: int, out_esize: int, tma_store: bool, limit: int) -> list[dict]:
+    """The configs whose shared memory fits ``limit`` bytes (the device's per-block opt-in)."""
+    return [c for c in configs if smem_bytes(c, esize, out_esize, tma_store) <= limit]
+
+
 def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1, keep: int = 4) -> list[dict]:
     """The configs worth timing for one shape: rank by a wave model -- the time of
     ceil(tiles / sms) waves of one tile's work, penalising tiles much larger than the

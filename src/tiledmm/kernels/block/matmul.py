@@ -71,7 +71,9 @@ def resolved(a, b, c, precision: str, alpha: float, beta: float) -> Callable:
 
 
 def _bind(v: V.Variant, precision: str, config: dict) -> Callable:
-    return functools.partial(v.launch, precision=precision, config=config)
+    fn = functools.partial(v.launch, precision=precision, config=config)
+    fn.replayable = v.replayable     # type: ignore[attr-defined]  (read by fastlaunch.replay)
+    return fn
 
 
 def _forced(a, b, c, precision, alpha, beta, variant, config) -> None:
@@ -87,10 +89,18 @@ def _forced(a, b, c, precision, alpha, beta, variant, config) -> None:
     own = v.name in ("blocked", "blocked-kmajor", "tma", "tma-kmajor")   # the module variants pick their own
     if config is None and own:
         M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-        config = C.EMULATION if emulating() else C.heuristic(v.configs(C.kind_of(precision)), M, N, K, V.num_sms())
+        config = C.EMULATION if emulating() else C.heuristic(_configs(v, C.kind_of(precision), a, c), M, N, K,
+                                                             V.num_sms())
     elif config is not None and own:
         config = {**C.EMULATION, **config} if emulating() else {"num_warps": 4, "num_stages": 3, **config}
     _bind(v, precision, dict(config) if config else None)(a, b, c, alpha=alpha, beta=beta)
+
+
+def _configs(v: V.Variant, kind: str, a, c) -> list[dict]:
+    """The variant's candidate configs that fit the device's shared memory for these dtypes
+    (the TMA kernels stage the C tile for the copy engine too)."""
+    tma = v.name in ("tma", "tma-kmajor")
+    return C.fitting(v.configs(kind), a.element_size(), c.element_size(), tma, V.smem_limit()) or v.configs(kind)
 
 
 def _cfg_name(c: dict) -> str:
@@ -116,7 +126,7 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
         if batch > V.MAX_GRID_YZ and v is not V.BLOCKED:   # only the blocked launch splits the batch over launches
             continue
         if v.applicable(a, b, c, precision, alpha, beta):
-            for cfg in C.prune(v.configs(kind), rM, rN, rK, sms, batch, keep=3 if v is V.BLOCKED else 2):
+            for cfg in C.prune(_configs(v, kind, a, c), rM, rN, rK, sms, batch, keep=3 if v is V.BLOCKED else 2):
                 options[f"{v.name}:{_cfg_name(cfg)}"] = (v, cfg)
     pick = _model_pick(options, M, N, K, batch, sms)
     capturing = torch.cuda.is_current_stream_capturing()

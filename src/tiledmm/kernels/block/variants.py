@@ -21,7 +21,7 @@ from typing import Callable
 from ..._backend import emulating
 from . import configs as C
 from . import kmajor_cache, splitk, tma_copy, tma_persistent
-from ._vcommon import capability, ensure_allocator, num_sms
+from ._vcommon import capability, ensure_allocator, num_sms, smem_limit  # noqa: F401  (smem_limit: for matmul.py)
 from .fastlaunch import FastKernel
 from .kernels import matmul_kernel, matmul_tma_persistent_kernel, triton
 
@@ -34,6 +34,7 @@ class Variant:
     applicable: Callable[..., bool]
     configs: Callable[[str], list]
     launch: Callable[..., None]
+    replayable: bool = False   # launch is one FastKernel launch on (a, b, c) and nothing else (fastlaunch.replay)
 
 
 @functools.lru_cache(maxsize=None)
@@ -75,7 +76,7 @@ def _blocked_launch(a, b, c, *, precision, alpha, beta, config, ws=None, splits=
            float(alpha), float(beta), K if k_per is None else k_per, scs)
 
 
-BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch)
+BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True)
 
 
 # -- TMA, persistent (Hopper) ---------------------------------------------------------------------
@@ -107,7 +108,7 @@ def _tma_launch(a, b, c, *, precision, alpha, beta, config):
     fk(grid, a, b, c, M, N, K, a.stride(0), b.stride(0), b.stride(1), c.stride(0))
 
 
-TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch)
+TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True)
 
 
 # -- tf32 with K-major operands ------------------------------------------------------------------
@@ -138,16 +139,49 @@ def with_kmajor(v: Variant) -> Variant:
     return Variant(v.name + "-kmajor", applicable, v.configs, launch)
 
 
+# -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
+# Exact fp32 cannot use the tensor cores, so the lectures' own kernel family competes here: for
+# large plain products the dispatcher times rung 11 (numba, cp.async ring) against Triton's FMA
+# kernels per shape class and keeps the faster (issue 12). Only by timing: the model never picks it.
+
+SIMT_FROM = 1024     # smallest M, N and K offered to rung 11 (its numba launch costs tens of microseconds)
+
+
+def _simt_applicable(a, b, c, precision, alpha, beta) -> bool:
+    if precision != "ieee" or emulating() or a.dim() != 2 or b.dim() != 2 or alpha != 1.0 or beta != 0.0:
+        return False
+    if c.dtype != a.dtype or min(a.shape[0], a.shape[1], b.shape[1]) < SIMT_FROM:
+        return False
+    import torch
+    return not torch.cuda.is_current_stream_capturing() and min(a.stride() + b.stride() + c.stride()) >= 0
+
+
+def _simt_launch(a, b, c, *, precision, alpha, beta, config):
+    from ...registry import get
+    get("async").launch(a, b, c, tile=None, opts={"config": config["name"]} if config else {})
+
+
+def _simt(bm: int, bn: int, bk: int, name: str) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": int(name.split("-s")[1][0]), "name": name}
+
+
+SIMT_ASYNC = Variant("simt-async", _simt_applicable,
+                     lambda kind: [_simt(64, 128, 16, "64x128x16-w32x64-t8x8-s3-m4"),
+                                   _simt(128, 128, 16, "128x128x16-w32x64-t8x8-s3-m2")] if kind == "ieee" else [],
+                     _simt_launch)
+
+
 # -- every variant the dispatcher chooses among ----------------------------------------------------
 
 def from_module(mod) -> Variant:
     """A variant module (NAME, applicable, CONFIGS, launch) as a Variant."""
-    return Variant(mod.NAME, mod.applicable, lambda kind: mod.CONFIGS.get(kind, []), mod.launch)
+    return Variant(mod.NAME, mod.applicable, lambda kind: mod.CONFIGS.get(kind, []), mod.launch,
+                   getattr(mod, "REPLAYABLE", False))
 
 
 SPLITK = from_module(splitk)
 ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, from_module(tma_persistent),
-       from_module(tma_copy)]
+       from_module(tma_copy), SIMT_ASYNC]
 # opt-in only (variant="tma-kcache"): its cache of K-major copies trusts torch's version counter, which
 # writes from outside torch (CuPy, numba, a raw pointer) do not bump
 OPT_IN = [from_module(kmajor_cache)]
