@@ -231,7 +231,7 @@ def main():
     ap.add_argument("--bf16-n", type=int, default=65536)
     ap.add_argument("--bf16-budget-gib", type=float, default=16.0)
     ap.add_argument("--incore-n", type=int, default=16384)
-    ap.add_argument("--gemm", choices=("tiledmm", "torch", "both"), default="tiledmm")
+    ap.add_argument("--gemm", default="tiledmm", help="tiledmm, torch, both (= tiledmm,torch) or a comma list, in order")
     ap.add_argument("--skip-fp32", action="store_true")
     ap.add_argument("--skip-bf16", action="store_true")
     ap.add_argument("--quick", action="store_true", help="N=24000 fp32 (6 GiB budget), 16384 bf16 (1 GiB budget)")
@@ -253,7 +253,9 @@ def main():
         sys.exit("needs a GPU")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    gemms = ["tiledmm", "torch"] if args.gemm == "both" else [args.gemm]
+    gemms = ["tiledmm", "torch"] if args.gemm == "both" else args.gemm.split(",")
+    if not gemms or set(gemms) - {"tiledmm", "torch"}:
+        sys.exit(f"--gemm: tiledmm, torch, both or a comma list of them; got {args.gemm!r}")
     p = torch.cuda.get_device_properties(0)
     env = {"date": datetime.date.today().isoformat(), "device": p.name, "torch": torch.__version__,
            "numpy": np.__version__, "cuda": torch.version.cuda, "host_mem_available_gb": mem_available() / 1e9,

@@ -53,8 +53,22 @@ GiB = 1 << 30
 
 # ----------------------------------------------------------------------------- GEMM callbacks
 def torch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, alpha: float, beta: float) -> None:
-    """c = alpha*a@b + beta*c in place with torch (cuBLAS on a GPU); beta=0 ignores c."""
-    c.addmm_(a, b, beta=beta, alpha=alpha)
+    """c = alpha*a@b + beta*c in place with torch (cuBLAS on a GPU); beta=0 ignores c. A wider c
+    (float32 for 16-bit a, b) takes the product in its dtype (``torch.mm(out_dtype=)`` where torch has
+    it for the device, else on upcast operands)."""
+    if c.dtype == a.dtype:
+        c.addmm_(a, b, beta=beta, alpha=alpha)
+        return
+    try:
+        p = torch.mm(a, b, out_dtype=c.dtype)
+    except (TypeError, RuntimeError, NotImplementedError):
+        p = torch.mm(a.to(c.dtype), b.to(c.dtype))
+    if beta == 0:
+        c.copy_(p)
+        if alpha != 1:
+            c.mul_(alpha)
+    else:
+        c.mul_(beta).add_(p, alpha=alpha)
 
 
 def tiledmm_gemm(kernel: Optional[str] = None, **options) -> Gemm:
