@@ -732,13 +732,14 @@ class Result:
     category: str
     err: float = 0.0
     reason: str = ""
+    tb: str = ""                 # the traceback of a crash (printed with -v)
 
 
 def tolerance(case: Case) -> float:
     key = case.precision if case.dtype == "float32" else case.dtype
     tol = BASE_TOL[key]
     if case.out_dtype and BITS[case.out_dtype] < BITS[case.dtype]:
-        tol = max(tol, BASE_TOL[case.out_dtype])
+        tol = max(tol, BASE_TOL["ieee" if case.out_dtype == "float32" else case.out_dtype])
     return tol * max(1.0, math.sqrt(case.K / 256))
 
 
@@ -802,7 +803,8 @@ def run_case(env: Env, case: Case) -> Result:
     except Exception as e:   # noqa: BLE001
         tb = traceback.extract_tb(e.__traceback__)
         where = f" at {tb[-1].filename.split('/src/')[-1]}:{tb[-1].lineno}" if tb else ""
-        return Result("crash", reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{where}")
+        return Result("crash", reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{where}",
+                      tb=traceback.format_exc())
     if case.invalid:
         return Result("wrong", reason=f"invalid input ({case.invalid}) accepted, no TiledmmError")
     try:
@@ -980,7 +982,8 @@ def run(env: Env, seed: int, indices, *, verbose: bool = False, time_limit: floa
         s.add(case, res)
         if verbose or res.category not in ("ok", "by_design"):
             log(f"[{res.category}] seed={seed} case={i} ({time.perf_counter() - t1:.2f} s): {case.describe()}"
-                + (f"\n    {res.reason}" if res.reason else "") + (f"  err={res.err:.3g}" if verbose else ""))
+                + (f"\n    {res.reason}" if res.reason else "") + (f"  err={res.err:.3g}" if verbose else "")
+                + (f"\n{res.tb}" if verbose and res.tb else ""))
         if env.gpu and res.category == "crash" and not _cuda_alive():
             s.stopped = f"the CUDA context is broken after case {i} (an illegal access?): nothing after it can run"
             break

@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
-# compute-sanitizer memcheck / racecheck / synccheck over every SIMT kernel, at each of
-# its tiles among 16, 32, 64, 128 (rung 10: every candidate shape), on a rectangular non-multiple size (131x77x203).
-# One process per tool runs every kernel; the tool's ERROR SUMMARY covers them all
+# compute-sanitizer memcheck / racecheck / synccheck.
+#
+#   scripts/sanitize.sh [simt|block|all]      (default: all)
+#
+# simt:  every SIMT kernel, at each of its tiles among 16, 32, 64, 128 (rung 10: every candidate
+#        shape), on a rectangular non-multiple size (131x77x203).
+# block: every Triton variant forced through tiledmm.matmul(..., kernel="triton", variant=V)
+#        (scripts/sanitize_block.py): float32 ieee/tf32, bfloat16, float16 on masked, aligned
+#        (TMA), transposed, split-K, batched and alpha/beta cases, each checked against float64;
+#        memcheck on the full set (plus each variant's largest-tile config on the masked shapes),
+#        racecheck and synccheck on the smallest shapes. Variants that cannot run a call are
+#        skipped and said so. PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor its own cudaMalloc,
+#        so an access past a tensor's end is outside any allocation and memcheck sees it.
+#
+# One process per tool and family runs every case; the tool's ERROR SUMMARY covers them all
 # (an error report names the kernel). Host API return codes (numba and torch probe optional
 # driver entry points, which fail harmlessly) are not reported: --report-api-errors no.
+# Logs: $SANITIZE_OUT (default /tmp/tiledmm-sanitize/); a summary table ends the run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-for tool in memcheck racecheck synccheck; do
-  echo "== $tool"
+MODE=${1:-all}
+LOG=${SANITIZE_OUT:-/tmp/tiledmm-sanitize}
+mkdir -p "$LOG"
+export TILEDMM_QUIET=1 TILEDMM_TUNE=off
+
+run_simt() {
+  local tool=$1
+  echo "== simt $tool"
   compute-sanitizer --tool $tool --report-api-errors no --print-limit 10 python3 -c "
 import tiledmm
 from tiledmm.harness import check_and_time
@@ -21,5 +40,44 @@ for s in tiledmm.registry.all_specs():
     for t, d, opts in runs:
         r = check_and_time(s.name, (131, 77, 203), d, tile=t, options=opts, time_it=False)
         print('checked', s.name, t or '', d, opts.get('config', ''), 'ok' if r.ok else 'FAIL', '%.1e' % r.rel_err, flush=True)
-" 2>&1 | grep -E "ERROR SUMMARY|checked|rror" | head -60
-done
+" 2>&1 | tee "$LOG/simt-$tool.log" | grep -E "ERROR SUMMARY|checked|rror" | head -60
+}
+
+run_block() {
+  local tool=$1; shift
+  echo "== block $tool $*"
+  local t0=$SECONDS
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --report-api-errors no --print-limit 10 \
+    python3 scripts/sanitize_block.py "$@" 2>&1 | tee "$LOG/block-$tool.log" \
+    | grep -E "ERROR SUMMARY|^checked|^skipped|rror|ABORT|block total|^variant|^(blocked|tma|splitk)" | head -400
+  echo "seconds $((SECONDS - t0))" >> "$LOG/block-$tool.log"
+}
+
+summary() {
+  echo
+  echo "== summary"
+  printf "%-7s %-10s %10s %8s %6s %8s %8s\n" family tool san.errors ok FAIL skipped seconds
+  for f in "$LOG"/simt-*.log "$LOG"/block-*.log; do
+    [ -e "$f" ] || continue
+    local base fam tool errs ok fail skip secs
+    base=$(basename "$f" .log); fam=${base%%-*}; tool=${base#*-}
+    errs=$(grep -E "ERROR SUMMARY" "$f" | tail -1 | sed -E 's/.*ERROR SUMMARY: ([0-9]+).*/\1/')
+    ok=$(grep -cE "^checked .* ok( |$)" "$f")
+    fail=$(grep -cE "^checked .* FAIL( |$)" "$f")
+    skip=$(grep -c "^skipped" "$f")
+    secs=$(grep -E "^seconds" "$f" | awk '{print $2}')
+    grep -q ABORT "$f" && fail="$fail+ABORT"
+    printf "%-7s %-10s %10s %8s %6s %8s %8s\n" "$fam" "$tool" "${errs:-none}" "$ok" "$fail" "$skip" "${secs:--}"
+  done
+}
+
+rm -f "$LOG"/simt-*.log "$LOG"/block-*.log
+if [ "$MODE" = simt ] || [ "$MODE" = all ]; then
+  for tool in memcheck racecheck synccheck; do run_simt $tool; done
+fi
+if [ "$MODE" = block ] || [ "$MODE" = all ]; then
+  run_block memcheck
+  run_block racecheck --small
+  run_block synccheck --small
+fi
+summary
