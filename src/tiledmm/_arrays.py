@@ -89,7 +89,8 @@ def to_torch(x: Any, kind: str):
         return x.detach()
     if kind == "numpy":
         if _negative(x.strides) or any(s % x.itemsize for s in x.strides):
-            x = np.ascontiguousarray(x)
+            # (an empty array counts as contiguous, so ascontiguousarray would keep its strides)
+            x = np.ascontiguousarray(x) if x.size else np.empty(x.shape, x.dtype)
         with warnings.catch_warnings():   # read-only arrays (np.broadcast_to): tiledmm never writes inputs
             warnings.simplefilter("ignore", UserWarning)
             return torch.from_numpy(x)
@@ -98,7 +99,7 @@ def to_torch(x: Any, kind: str):
     if kind == "cupy":
         if _negative(x.strides):
             import cupy
-            x = cupy.ascontiguousarray(x)
+            x = cupy.ascontiguousarray(x) if x.size else cupy.empty(x.shape, x.dtype)
         return torch.from_dlpack(x)
     strides = x.__cuda_array_interface__.get("strides") or ()
     if _negative(strides):                # numba cannot copy these on the device: through the host
@@ -128,8 +129,8 @@ def write_back(x: Any, kind: str, t) -> None:
         x[...] = cupy.from_dlpack(t.contiguous())
     else:   # numba (simulated or negative strides)
         host = t.cpu().numpy()
-        if _simulated(x):
-            x.copy_to_device(np.ascontiguousarray(host))
+        if _simulated(x):               # the simulator's array wraps a numpy array: assign through it
+            x[...] = host
         else:
             from ._backend import numba_cuda
             tmp = numba_cuda().to_device(np.ascontiguousarray(host))
