@@ -270,6 +270,13 @@ def _compute(spec: KernelSpec, tile, opts, A, B, target, alpha: float, beta: flo
         not (_overlap(C, A) or _overlap(C, B)) and (spec.family == "block" or C.dtype == A.dtype)
     if direct and tuple(C.shape) != full:
         direct = False
+    if direct and len(batch) > 1:            # the kernels take one batch dimension: out's must merge
+        try:
+            C.view(math.prod(batch), M, N)
+        except RuntimeError:
+            direct = False
+    if spec.family == "block" and _backend.emulating() and A.data_ptr() == B.data_ptr() and A.numel():
+        B = B.clone()      # Triton's interpreter keys its copies by address: two storages at one address clash
     if not direct:                                     # a temporary: out aliases an input, lives elsewhere, ...
         C = torch.empty(full, dtype=target.dtype if spec.family == "block" else A.dtype, device=A.device)
         if beta != 0.0:
