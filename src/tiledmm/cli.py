@@ -101,11 +101,12 @@ def cell(v) -> Text | str:
     return escape(str(v))
 
 
-def table(title: str, columns, rows, *, header: bool = True, right=()) -> None:
-    """The one table helper: columns named, rows of cells (see ``cell``)."""
+def table(title: str, columns, rows, *, header: bool = True, right=(), fold=()) -> None:
+    """The one table helper: columns named, rows of cells (see ``cell``); cells of the ``fold``
+    columns wrap anywhere (long keys without spaces), never cut short."""
     t = Table(title=escape(title), show_header=header, min_width=min(len(title) + 4, 120))
     for c in columns:
-        t.add_column(escape(c), justify="right" if c in right else "left")
+        t.add_column(escape(c), justify="right" if c in right else "left", overflow="fold" if c in fold else "ellipsis")
     for r in rows:
         t.add_row(*map(cell, r))
     console.print(t)
@@ -691,15 +692,17 @@ LAYOUTS = ("nn", "nt", "tn", "tt")
 
 @contextlib.contextmanager
 def _recording_choices(record: list):
-    """While inside, note every ``tuning.choose`` call: its key, the choice, what was stored before."""
+    """While inside, note every ``tuning.choose`` call: its key, the choice, what was stored before,
+    the seconds it took (the timing of candidates, when it tuned)."""
     from . import tuning
     real = tuning.choose
 
     def choose(key, candidates, model_pick, **kw):
         before = tuning.lookup(key)
+        t0 = time.perf_counter()
         name = real(key, candidates, model_pick, **kw)
         record.append({"key": key, "choice": name, "before": before, "stored": tuning.lookup(key),
-                       "candidates": len(candidates)})
+                       "candidates": len(candidates), "s": time.perf_counter() - t0})
         return name
     tuning.choose = choose
     try:
@@ -748,7 +751,8 @@ def _show_store() -> None:
         console.print(escape(f"no tuned choices stored for this GPU and these library versions "
                              f"({path} {'is empty' if doc == {} else 'does not exist'})"), soft_wrap=True)
         return
-    table(f"tuning store: {len(doc)} choice{'s' * (len(doc) != 1)}", ("key", "choice"), sorted(doc.items()))
+    table(f"tuning store: {len(doc)} choice{'s' * (len(doc) != 1)}", ("key", "choice"), sorted(doc.items()),
+          fold=("key", "choice"))
     console.print(escape(f"store: {path}"), soft_wrap=True)
 
 
@@ -759,7 +763,8 @@ def _forget_store() -> None:
         console.print(escape(f"nothing to forget: {path} does not exist"), soft_wrap=True)
         return
     if doc:
-        table(f"forgetting {len(doc)} tuned choice{'s' * (len(doc) != 1)}", ("key", "choice"), sorted(doc.items()))
+        table(f"forgetting {len(doc)} tuned choice{'s' * (len(doc) != 1)}", ("key", "choice"), sorted(doc.items()),
+              fold=("key", "choice"))
     path.unlink()
     tuning.forget()
     console.print(escape(f"removed {path}"), soft_wrap=True)
@@ -882,13 +887,13 @@ def tune(shapes: Optional[List[str]] = typer.Argument(None, metavar="JxKxL", hid
                             how = "chosen earlier in this process" if "config" in spec.options else \
                                 f"no tuner: {spec.name} has one configuration"
                     dlabel = d + (f"/{precision}" if precision else "")
-                    rows.append((label, dlabel, layout, spec.name, key, choice, how, f"{secs:.3g}"))
+                    rows.append((label, dlabel, spec.name, key, choice, how, f"{secs:.3g}"))
                     progress.advance(task)
     finally:
         tuning.set_mode(prev_mode)
-    table(f"tiledmm tune — {environment()['device']}",
-          ("shape", "dtype", "layout", "kernel", "tuning key", "variant:config", "how", "first call s"), rows,
-          right=("first call s",))
+    table(f"tiledmm tune — {environment()['device']}, layout {layout}",
+          ("shape", "dtype", "kernel", "tuning key", "choice", "how", "first call s"), rows,
+          right=("first call s",), fold=("tuning key", "choice"))
     console.print(escape(f"store: {tuning.store_path()}"), soft_wrap=True)
 
 
@@ -1044,8 +1049,9 @@ def outofcore(shape: str = typer.Option(..., "--shape", "-s", metavar="JxKxL",
                 done[:] = [d, total]
                 progress.update(task, completed=d, total=total)
             stats: dict = {}
-            matmul_out_of_core(a, b, c, max_device_bytes=budget, gemm=tiledmm_gemm(kernel), progress=on_progress,
-                               stats=stats, acc_dtype=acc, plan=plan)
+            with _recording_choices([]) as tuned:     # a block shape's first GEMM may tune its class
+                matmul_out_of_core(a, b, c, max_device_bytes=budget, gemm=tiledmm_gemm(kernel),
+                                   progress=on_progress, stats=stats, acc_dtype=acc, plan=plan)
             if check_rows:
                 progress.update(task, description=f"checking {check_rows} rows against float64")
                 rel, _, _ = check_sampled(a, b, c, plan, check_rows, check_cols, seed)
@@ -1056,16 +1062,19 @@ def outofcore(shape: str = typer.Option(..., "--shape", "-s", metavar="JxKxL",
             torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
     secs = stats["wall_s"]
     ok = rel is None or rel <= OOC_TOL[dtype]
-    kind = "torch pinned" if pinned else ("torch" if dtype == "bfloat16" else "numpy")
+    kind = "pinned" if pinned else ("torch" if dtype == "bfloat16" else "numpy")
+    tuning_s = sum(r["s"] for r in tuned if r["stored"] is not None and r["before"] != r["choice"])
     table(f"tiledmm outofcore — {environment()['device']}",
-          ("shape", "dtype", "operands", "budget", "GEMMs", "s", "TFLOP/s", "rel err", "check",
-           "in busy s", "GEMM busy s", "out busy s"),
-          [(f"{m}x{k}x{n}", dtype, kind, human_bytes(plan.budget), f"{done[0]:,}/{done[1]:,}", f"{secs:.3g}",
-            f"{2.0 * m * n * k / secs / 1e12:.3g}", None if rel is None else f"{rel:.1e}",
+          ("shape", "dtype", "budget", "GEMMs", "s", "tuning s", "TFLOP/s", "rel err", "check",
+           "busy s: in / GEMM / out"),
+          [(f"{m}x{k}x{n}", f"{dtype} {kind}", human_bytes(plan.budget), f"{done[0]:,}/{done[1]:,}", f"{secs:.3g}",
+            f"{tuning_s:.3g}", f"{2.0 * m * n * k / secs / 1e12:.3g}", None if rel is None else f"{rel:.1e}",
             ok_cell(ok) if rel is not None else "skipped",
-            *(f"{stats[f'{s}_ms'] / 1e3:.3g}" for s in ("copy_in", "compute", "copy_out")))],
-          right=("budget", "GEMMs", "s", "TFLOP/s", "rel err", "in busy s", "GEMM busy s", "out busy s"))
-    console.print("busy: seconds the copy-in, GEMM and copy-out streams were working")
+            " / ".join(f"{stats[f'{s}_ms'] / 1e3:.3g}" for s in ("copy_in", "compute", "copy_out")))],
+          right=("budget", "GEMMs", "s", "tuning s", "TFLOP/s", "rel err", "busy s: in / GEMM / out"))
+    console.print("busy: seconds the copy-in, GEMM and copy-out streams were working"
+                  + (f"; s and GEMM busy include {tuning_s:.3g} s of first-call tuning of the block shapes' "
+                     "classes, remembered now: a second run skips it" if tuning_s else ""))
     if not gpu:
         console.print("times are emulation (CPU simulator) times; they say nothing about GPU speed")
     if not ok:
