@@ -635,8 +635,8 @@ class Built:
             vals = _round_to(vals, dtype)
             self.host[bid] = vals
             self.bufs[bid] = _make_buffer(vals, dtype, kind)
-        self.a = self._realize(case.a)
-        self.b = self._realize(case.b)
+        self.a = self.realize(case.a)
+        self.b = self.realize(case.b)
         if case.invalid == "mixed-dtype":
             other = "float64" if case.dtype != "float64" else "float32"
             self.b = _wrap(_make_buffer(self.host[1][:math.prod(case.b.shape)], other, kind).reshape(case.b.shape),
@@ -653,7 +653,7 @@ class Built:
         elif case.out_is == "b":
             self.out = self.b
         else:
-            self.out = self._realize(case.out)
+            self.out = self.realize(case.out)
         self.stream = None
         if case.stream:
             self.stream = torch.cuda.Stream()
@@ -674,6 +674,12 @@ class Built:
             return x
         lib = "torch" if kind.startswith("torch") else kind
         return _apply(buf, v, lib)
+
+    def realize(self, v: View):
+        x = self._realize(v)
+        if tuple(x.shape) != tuple(v.shape):     # the array library built something else (the checker's problem)
+            raise RuntimeError(f"{self.case.kind} built shape {tuple(x.shape)} for the view {v}")
+        return x
 
     def read_buffer(self, bid: int) -> np.ndarray:
         return _to_host64(self.bufs[bid], "torch" if self.case.kind == "numba" and self.env.gpu else
@@ -907,18 +913,22 @@ class Summary:
     stopped: str = ""
 
     def add(self, case: Case, res: Result) -> None:
-        key = (case.label(), case.dlabel())
-        row = self.rows.setdefault(key, {"cases": 0, **{c: 0 for c in CATEGORIES}, "max_rel_err": 0.0})
-        row["cases"] += 1
-        row[res.category] += 1
-        if res.category in ("ok", "wrong") and not case.invalid:
-            row["max_rel_err"] = max(row["max_rel_err"], res.err)
-        self.cases += 1
+        entry = None
         if res.category != "ok":
             entry = {"seed": case.seed, "case": case.index, "category": res.category,
                      "description": case.describe(), "reason": res.reason,
                      "repro": f"python3 scripts/fuzz.py --seed {case.seed} --only {case.index} -v"}
-            (self.by_design if res.category == "by_design" else self.failures).append(entry)
+        self.add_record(case.label(), case.dlabel(), res.category, res.err, bool(case.invalid), entry)
+
+    def add_record(self, label: str, dlabel: str, category: str, err: float, invalid: bool, entry) -> None:
+        row = self.rows.setdefault((label, dlabel), {"cases": 0, **{c: 0 for c in CATEGORIES}, "max_rel_err": 0.0})
+        row["cases"] += 1
+        row[category] += 1
+        if category in ("ok", "wrong") and not invalid:
+            row["max_rel_err"] = max(row["max_rel_err"], err)
+        self.cases += 1
+        if entry is not None:
+            (self.by_design if category == "by_design" else self.failures).append(entry)
 
     def totals(self) -> dict:
         t = {"cases": 0, **{c: 0 for c in CATEGORIES}, "max_rel_err": 0.0}
@@ -968,7 +978,9 @@ def _cuda_alive() -> bool:
 
 
 def run(env: Env, seed: int, indices, *, verbose: bool = False, time_limit: float | None = None,
-        log=print) -> Summary:
+        log=print, records: list | None = None) -> Summary:
+    """Cases ``indices`` of run ``seed`` in this process. ``records``: also append one plain tuple a
+    case (for a parent process to merge)."""
     s = Summary(seed)
     t0 = time.perf_counter()
     for i in indices:
@@ -980,6 +992,9 @@ def run(env: Env, seed: int, indices, *, verbose: bool = False, time_limit: floa
         t1 = time.perf_counter()
         res = run_case(env, case)
         s.add(case, res)
+        if records is not None:
+            entry = None if res.category == "ok" else (s.by_design if res.category == "by_design" else s.failures)[-1]
+            records.append((case.label(), case.dlabel(), res.category, res.err, bool(case.invalid), entry))
         if verbose or res.category not in ("ok", "by_design"):
             log(f"[{res.category}] seed={seed} case={i} ({time.perf_counter() - t1:.2f} s): {case.describe()}"
                 + (f"\n    {res.reason}" if res.reason else "") + (f"  err={res.err:.3g}" if verbose else "")
@@ -990,6 +1005,62 @@ def run(env: Env, seed: int, indices, *, verbose: bool = False, time_limit: floa
         if time_limit and time.perf_counter() - t0 > time_limit:
             s.stopped = f"time limit {time_limit} s reached after case {i}"
             break
+    s.elapsed_s = time.perf_counter() - t0
+    return s
+
+
+# -- several processes on one GPU: Triton and numba compile on the CPU, one kernel at a time per
+#    process, and a first run meets hundreds of specialisations; N processes compile N at a time
+
+_WORKER: dict = {}
+
+
+def _worker_init(tune: bool, max_dim: int | None) -> None:
+    _setup_env(tune)
+    _WORKER["env"] = Env.detect(max_dim)
+
+
+def _worker_chunk(seed: int, indices: list, verbose: bool, deadline: float | None):
+    env = _WORKER["env"]
+    records: list = []
+    left = None if deadline is None else max(0.0, deadline - time.time())
+    if left == 0.0:
+        return records, f"time limit reached before case {indices[0]}"
+    s = run(env, seed, indices, verbose=verbose, time_limit=left, records=records,
+            log=lambda m: print(m, flush=True))
+    return records, s.stopped
+
+
+def run_parallel(seed: int, indices: list, jobs: int, *, tune: bool, max_dim: int | None, verbose: bool,
+                 time_limit: float | None, chunk: int = 25) -> Summary:
+    """``run`` spread over ``jobs`` worker processes (spawned: CUDA does not survive a fork); the
+    cases are the same, only the order differs."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    s = Summary(seed)
+    t0 = time.perf_counter()
+    deadline = None if time_limit is None else time.time() + time_limit
+    chunks = [indices[i:i + chunk] for i in range(0, len(indices), chunk)]
+    stopped = []
+    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
+                                initargs=(tune, max_dim)) as ex:
+        futures = {ex.submit(_worker_chunk, seed, c, verbose, deadline): c for c in chunks}
+        for f in cf.as_completed(futures):
+            c = futures[f]
+            try:
+                records, why = f.result()
+            except Exception as e:   # noqa: BLE001  (a worker died: a segfault, the CUDA context, ...)
+                stopped.append(f"cases {c[0]}..{c[-1]}: worker failed: {type(e).__name__}: {e}")
+                continue
+            for r in records:
+                s.add_record(*r)
+            if why:
+                stopped.append(why)
+    s.failures.sort(key=lambda e: e["case"])
+    s.by_design.sort(key=lambda e: e["case"])
+    broken = [w for w in stopped if "CUDA context" in w or "worker failed" in w]
+    limit = [w for w in stopped if "time limit" in w]
+    s.stopped = "; ".join(broken[:3] + ([f"time limit {time_limit} s reached"] if limit else []))
     s.elapsed_s = time.perf_counter() - t0
     return s
 
@@ -1006,6 +1077,8 @@ def main(argv=None) -> int:
     p.add_argument("--start", type=int, default=0, help="first case index")
     p.add_argument("--time-limit", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--tune", action="store_true", help="keep first-call tuning on (slow: times candidates)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: on a GPU min(8, CPUs/2), "
+                   "in emulation 1); they share the GPU and compile kernels side by side")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per case")
     args = p.parse_args(argv)
     _setup_env(args.tune)
@@ -1013,8 +1086,16 @@ def main(argv=None) -> int:
     indices = [int(x) for x in args.only.split(",")] if args.only else range(args.start, args.start + args.cases)
     print(f"tiledmm fuzz: {'GPU' if env.gpu else 'emulation'}, seed {args.seed}, "
           f"{len(indices)} cases, kinds {[k for k, _ in env.kinds]}, max dim {env.max_dim}", flush=True)
-    s = run(env, args.seed, indices, verbose=args.verbose, time_limit=args.time_limit,
-            log=lambda m: print(m, flush=True))
+    jobs = args.jobs if args.jobs is not None else (min(8, max(1, (os.cpu_count() or 2) // 2)) if env.gpu else 1)
+    if len(indices) < 50:
+        jobs = 1
+    print(f"{jobs} process(es)", flush=True)
+    if jobs > 1:
+        s = run_parallel(args.seed, list(indices), jobs, tune=args.tune, max_dim=args.max_dim,
+                         verbose=args.verbose, time_limit=args.time_limit)
+    else:
+        s = run(env, args.seed, indices, verbose=args.verbose, time_limit=args.time_limit,
+                log=lambda m: print(m, flush=True))
     if s.by_design:
         print(f"\nrefused by design (a forced variant that cannot run the call): {len(s.by_design)} cases")
     if s.failures:

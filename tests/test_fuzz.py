@@ -28,15 +28,11 @@ fuzz = _load()
 ENV = fuzz.Env.detect(None if GPU else 16)
 SEED, CASES = 20240909, 40
 
-# Library bugs the fuzzer found (see the xfail tests below for minimal repros): failures whose
-# kind and reason match are reported but do not fail the run. Remove an entry when its xfail passes.
-KNOWN = {
-    "numba-sim-strided-out": (lambda f: f["description"].startswith("numba") and not GPU,
-                              re.compile(r"non-contiguous buffer and cannot be transferred|incompatible strides")),
-    "numpy-empty-negative-strides": (lambda f: True, re.compile(r"negative strides are not currently supported")),
-    "out-batch-dims-not-viewable": (lambda f: True, re.compile(r"view size is not compatible.*api\.py")),
-    "interpreter-shared-numpy-buffer": (lambda f: not GPU, re.compile(r"resize storage that is not resizable")),
-}
+# Library bugs the fuzzer found and that are not fixed yet: failures whose kind and reason match are
+# reported but do not fail the run; each entry gets a strict xfail with a minimal repro below, and
+# goes (the xfail turned into a regression test) when it is fixed.
+# {name: (predicate on the failure entry, regex on its reason)}
+KNOWN: dict = {}
 
 
 def _known(f: dict) -> str | None:
@@ -166,12 +162,10 @@ def test_summary_table_and_json():
     assert js["cases"] == 4 and js["totals"]["cases"] == 4
 
 
-# -- the library bugs the fuzzer found (strict: a fix makes these fail; then drop them from KNOWN) --
+# -- regressions: library bugs the fuzzer found (fixed in d894cf1 and 9de25ac) ----------------------
 
 @pytest.mark.skipif(GPU, reason="numba's simulator only")
-@pytest.mark.xfail(strict=True, reason="bug: _arrays.write_back into a non-contiguous simulated numba out "
-                   "(FakeCUDAArray.copy_to_device needs a contiguous array) raises ValueError")
-def test_known_bug_numba_simulator_strided_out():
+def test_regression_numba_simulator_strided_out():
     import tiledmm
     cuda = tiledmm._backend.numba_cuda()
     a = cuda.to_device(np.ones((4, 3), np.float32))
@@ -181,19 +175,15 @@ def test_known_bug_numba_simulator_strided_out():
     np.testing.assert_array_equal(out.copy_to_host(), np.full((4, 5), 3.0))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an empty numpy array with a negative stride: np.ascontiguousarray "
-                   "keeps the stride (empty arrays count as contiguous), torch.from_numpy raises ValueError")
-def test_known_bug_numpy_empty_negative_strides():
+def test_regression_numpy_empty_negative_strides():
     import tiledmm
     a = np.zeros((4, 3), np.float32)[::-1][:0]          # shape (0, 3), strides (-12, 4)
     r = tiledmm.matmul(a, np.ones((3, 5), np.float32))
     assert r.shape == (0, 5)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: api._gemm views a 4-D out as (batch, M, N) with C.view, which fails "
-                   "(RuntimeError) when out's batch dimensions cannot be merged (a stepped slice of a bigger array)")
 @pytest.mark.parametrize("kernel", ["tiled", "triton"])
-def test_known_bug_out_with_unmergeable_batch_dims(kernel):
+def test_regression_out_with_unmergeable_batch_dims(kernel):
     import torch
     import tiledmm
     dev = "cuda" if GPU else "cpu"                     # (host tensors on a GPU go through a temporary)
@@ -203,12 +193,8 @@ def test_known_bug_out_with_unmergeable_batch_dims(kernel):
     torch.testing.assert_close(out, a @ b)
 
 
-@pytest.mark.skipif(GPU, reason="Triton's interpreter only")
-@pytest.mark.xfail(strict=True, reason="bug (emulation): numpy operands that start at the same address get "
-                   "torch storages of different sizes; Triton's interpreter keys its host copies by storage "
-                   "address and set_() fails: RuntimeError 'Trying to resize storage that is not resizable'")
-def test_known_bug_interpreter_numpy_operands_sharing_a_buffer():
+def test_regression_numpy_operands_sharing_a_buffer():
     import tiledmm
     x = np.arange(20, dtype=np.float32)
-    a, b = x[:6].reshape(2, 3), x[:12].reshape(3, 4)
+    a, b = x[:6].reshape(2, 3), x[:12].reshape(3, 4)   # one start address, different extents
     np.testing.assert_allclose(tiledmm.matmul(a, b), a @ b)
