@@ -185,6 +185,34 @@ def test_plan_cached_forced_blocks_and_phases():
     assert sum(st["phases"].values()) <= st["wall_s"] + 1e-3
 
 
+def test_panel_chunks_do_not_wait_for_their_own_panel(monkeypatch):
+    # one resident panel (n_j = 1) loaded K-chunk by K-chunk: no chunk waits for the GEMMs reading the
+    # panel's earlier chunks (only a different panel's GEMMs free a panel slot)
+    from tiledmm import outofcore as ooc
+    waits, runs = [], []
+    orig_wait, orig_exec = ooc._Run._wait_slot, ooc._Run.execute
+
+    def wait(self, slot, stream):
+        waits.append((slot, slot.free_recorded))
+        return orig_wait(self, slot, stream)
+
+    def execute(self):
+        runs.append(self)
+        return orig_exec(self)
+    monkeypatch.setattr(ooc._Run, "_wait_slot", wait)
+    monkeypatch.setattr(ooc._Run, "execute", execute)
+    a, b, _ = _case(64, 96, 40)
+    import dataclasses
+    plan = plan_out_of_core(64, 40, 96, torch.float32, max_device_bytes=1 << 20, blocks=(16, 40, 24))
+    plan = dataclasses.replace(plan, resident=True)
+    assert plan.resident and plan.n_j == 1 and plan.n_k == 4 and plan.n_i == 4
+    c = torch.empty(64, 40)
+    matmul_out_of_core(a, b, c, plan=plan, gemm=torch_gemm, piece_bytes=256)
+    assert _rel(c, a.double() @ b.double()) < 1e-6
+    panel_slots = {id(st.b.slot) for st in runs[0].steps}
+    assert not [w for w in waits if id(w[0]) in panel_slots and w[1]]
+
+
 def test_warm_runs_each_block_shape_once():
     a, b, _ = _case(40, 48, 44)
     c = torch.empty(40, 44)

@@ -572,12 +572,14 @@ def _default_rates(dev: _Device, esz: int) -> dict:
 
 def _budget(dev: _Device, max_device_bytes: Optional[int]) -> int:
     """Bytes for tiles: free memory (plus what torch's caching allocator holds unused) less a reserve,
-    or max_device_bytes if smaller; rounded down to 64 MiB (so repeated calls find their cached plan)."""
+    or max_device_bytes if smaller; the free-memory figure rounded down to 1/64 of its power of two
+    (>= 64 MiB: 1 GiB at 64-128 GiB), so repeated calls find their cached plan."""
     if dev.gpu:
         free, total = torch.cuda.mem_get_info(dev.device)
         free += torch.cuda.memory_reserved(dev.device) - torch.cuda.memory_allocated(dev.device)
         usable = int(free - max(2 * GiB, 0.06 * total))
-        usable = max(0, usable // (64 * MiB) * (64 * MiB))
+        step = max(64 * MiB, (1 << max(0, usable.bit_length() - 1)) // 64)
+        usable = max(0, usable // step * step)
         if max_device_bytes is not None:
             return max(0, min(int(max_device_bytes), usable))
         return usable
@@ -958,7 +960,15 @@ class _Run:
         dst = ld.dev[r0:r1, c0:c1]
         nbytes = (r1 - r0) * (c1 - c0) * ld.host.element_size()
         if first:
-            self._wait_slot(ld.slot, dev.copy_in)
+            # a slot is refilled only after the GEMMs that read its old contents; the K-chunks of one
+            # resident panel share a slot, so a later chunk must not wait for the GEMMs reading the
+            # panel's earlier chunks (a false dependency: it held each chunk of panel 0 back until the
+            # GEMM before it had finished -- 414 ms of idle compute in the fp32 90000^3 run)
+            panel = getattr(ld, "panel", None)
+            if panel is None or getattr(ld.slot, "owner", None) != panel:
+                self._wait_slot(ld.slot, dev.copy_in)
+            if panel is not None:
+                ld.slot.owner = panel
         if ld.direct:
             e0, e1 = dev.event(), dev.event()
             dev.record(e0, dev.copy_in)
