@@ -5,7 +5,9 @@
     python3 scripts/fuzz.py --seed 0 --only 123,456 -v      # re-run (repro) single cases
 
 Every case is drawn from its own generator, ``numpy.random.default_rng([seed, index])``, so a
-case is reproduced by its seed and index alone, whatever ran before it. A case draws:
+case is reproduced by its seed and index alone, whatever ran before it (on a GPU its structure comes
+from one of ``--templates`` per-run templates, its sizes and values from its own generator: see
+``draw_case``; worker processes, ``--jobs``, share the GPU). A case draws:
 
 * the array kind: torch CUDA most often; numpy, torch CPU, CuPy and numba device arrays where
   importable (in emulation: torch CPU, numpy, numba's simulated device arrays);
@@ -72,6 +74,11 @@ BASE_TOL = {"float64": 1e-12, "ieee": 1e-5, "tf32": 5e-3, "float16": 5e-3, "bflo
 FLOATS = ("float64", "float32", "float16", "bfloat16")
 BITS = {"float64": 53, "float32": 24, "float16": 11, "bfloat16": 8}
 CATEGORIES = ("ok", "wrong", "refused", "by_design", "crash")
+# On a GPU every new structure costs a compile (Triton specialises on each int argument being 1 or a
+# multiple of 16, on 16-byte alignment, dtypes and flags; numba per signature): about a second of
+# CPU each. Drawing each case's structure from this many templates a run (values stay per case)
+# keeps 10,000 cases to a few minutes; --templates 0 draws every structure afresh (slower, wider).
+DEFAULT_TEMPLATES = 150
 
 
 def _setup_env(tune: bool = False) -> None:
@@ -91,9 +98,10 @@ class Env:
     max_dim: int
     small: int             # the usual size range's top (300 on a GPU)
     work_cap: int          # most multiply-adds of one case (the CPU reference's cost)
+    templates: int = 0     # structures per run (0: every case its own; see draw_case)
 
     @staticmethod
-    def detect(max_dim: int | None = None) -> "Env":
+    def detect(max_dim: int | None = None, templates: int | None = None) -> "Env":
         _setup_env()
         import tiledmm
         from tiledmm import _backend, registry
@@ -115,8 +123,10 @@ class Env:
         specs = {s.name: s for s in registry.all_specs()}
         if max_dim is None:
             max_dim = 2048 if gpu else 24
+        if templates is None:
+            templates = DEFAULT_TEMPLATES if gpu else 0
         return Env(gpu=gpu, kinds=kinds, specs=specs, variants=tuple(VARIANTS), max_dim=max_dim,
-                   small=300 if gpu else 12, work_cap=2 ** 31 if gpu else 2 ** 14)
+                   small=300 if gpu else 12, work_cap=2 ** 31 if gpu else 2 ** 14, templates=templates)
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,20 +284,24 @@ def _kernel(rng, env: Env, dtype: str, precision: str | None) -> str | None:
     return _choice(rng, names, weights)
 
 
-def _view(rng, env: Env, kind: str, shape: tuple, buf: int, *, writable: bool = False,
+def _view(rs, rv, env: Env, kind: str, shape: tuple, buf: int, *, writable: bool = False,
           plain: bool = False) -> View:
-    """A random layout for a logical ``shape``; ``writable``: no zero strides (an out)."""
+    """A random layout for a logical ``shape``; ``writable``: no zero strides (an out). Which
+    layout from ``rs`` (the structure), pad and offset sizes from ``rv`` (the values)."""
     r = len(shape)
     neg_ok = kind in ("numpy", "cupy", "numba")
-    if plain or rng.random() < 0.4:
+    u = [rs.random() for _ in range(5 * 4 + 3)]      # a fixed count: the structure stream stays in step
+    if plain or u[0] < 0.4:
         transpose, steps, flips, expanded, offset, pads = False, [1] * r, (), (), 0, [0] * r
     else:
-        transpose = r >= 2 and rng.random() < 0.35
-        steps = [int(_choice(rng, [2, 3])) if rng.random() < 0.15 else 1 for _ in range(r)]
-        flips = tuple(i for i in range(r) if neg_ok and shape[i] > 1 and rng.random() < 0.15)
-        expanded = () if writable else tuple(i for i in range(r) if rng.random() < 0.1 and i not in flips)
-        offset = int(rng.integers(1, 4)) if rng.random() < 0.2 else 0
-        pads = [int(rng.integers(1, 4)) if rng.random() < 0.2 else 0 for _ in range(r)]
+        transpose = r >= 2 and u[1] < 0.35
+        steps = [(2 if u[3 + i] < 0.5 else 3) if u[7 + i] < 0.15 else 1 for i in range(r)]
+        flips = tuple(i for i in range(r) if neg_ok and shape[i] > 1 and u[11 + i] < 0.15)
+        expanded = () if writable else tuple(i for i in range(r) if u[15 + i] < 0.1 and i not in flips)
+        if kind == "numba" and env.gpu and (expanded or 0 in shape):
+            flips = ()      # numba's own slicing gets these shapes wrong ([::-1] of a 4x0 array is 1x0)
+        offset = int(rv.integers(1, 4)) if u[2] < 0.2 else 0
+        pads = [int(rv.integers(1, 4)) if u[19 + min(i, 3)] < 0.2 else 0 for i in range(r)]
     counts = [1 if i in expanded else n for i, n in enumerate(shape)]
     order = list(range(r))
     if transpose:
@@ -297,7 +311,7 @@ def _view(rng, env: Env, kind: str, shape: tuple, buf: int, *, writable: bool = 
     spads = [pads[i] for i in order]
     storage, starts = [], []
     for n, st, p in zip(scount, ssteps, spads):
-        start = int(rng.integers(0, p + 1)) if p else 0
+        start = int(rv.integers(0, p + 1)) if p else 0
         storage.append(start + ((n - 1) * st + 1 if n else 0) + (p - start))
         starts.append(start)
     return View(buf=buf, shape=tuple(shape), offset=offset, storage=tuple(storage), starts=tuple(starts),
@@ -306,8 +320,20 @@ def _view(rng, env: Env, kind: str, shape: tuple, buf: int, *, writable: bool = 
 
 
 def draw_case(env: Env, seed: int, index: int) -> Case:
-    """Case ``index`` of run ``seed``: the same case whatever ran before."""
-    rng = np.random.default_rng([seed, index])
+    """Case ``index`` of run ``seed``: the same case whatever ran before.
+
+    Two generators: ``rs`` draws the structure (kind, dtype, kernel, options, ranks, which layouts,
+    the GEMM form: what Triton and numba compile a new kernel for), ``rv`` the values (sizes, pads,
+    offsets, alpha and beta, the data). Without templates both are the case's own; with
+    ``env.templates`` = P the structure is template t's (t drawn by the case), so a run of N cases
+    meets about P structures, N / P times each with fresh sizes and values -- and compiles about P
+    kernels instead of N."""
+    rv = np.random.default_rng([seed, index])
+    if env.templates:
+        rs = np.random.default_rng([seed, 1 << 20, int(rv.integers(env.templates))])
+    else:
+        rs = rv
+    rng = rs
     kind = _choice(rng, [k for k, _ in env.kinds], [w for _, w in env.kinds])
     while True:
         dtype, precision = _choice(rng, PAIRS, PAIR_WEIGHTS)
@@ -315,7 +341,7 @@ def draw_case(env: Env, seed: int, index: int) -> Case:
             continue                                  # numpy, CuPy, numba have no bfloat16
         break
     if rng.random() < 0.03:
-        return _invalid_case(rng, env, seed, index, kind, dtype, precision)
+        return _invalid_case(rv, env, seed, index, kind, dtype, precision)
     kernel = _kernel(rng, env, dtype, precision)
     resolved = kernel or _default(dtype, env)
     spec = env.specs[resolved]
@@ -343,25 +369,28 @@ def draw_case(env: Env, seed: int, index: int) -> Case:
     # ranks, batch, sizes
     ra, rb = _choice(rng, [r for r, _ in RANKS], [w for _, w in RANKS])
     r = max(ra, rb) - 2
-    full = _batch(rng, env, max(r, 0))
-    huge = env.gpu and r >= 1 and rng.random() < 0.002 and resolved in ("triton", "cublas")
+    full = _batch(rv, env, max(r, 0))
+    huge = env.gpu and r >= 1 and rv.random() < 0.002 and resolved in ("triton", "cublas")
     if huge:                                           # more than 65535 batches: over gridDim.y
-        full = (int(rng.integers(65536, 70001)),) + full[1:]
+        full = (int(rv.integers(65536, 70001)),) + full[1:]
+    bcast = [rs.random() < 0.2 for _ in range(8)]      # which batch dims of a / b broadcast (size 1)
 
-    def part(rank):
+    def part(rank, first):
         if rank < 3:
             return ()
         dims = full[len(full) - (rank - 2):]
-        return tuple(1 if rng.random() < 0.2 else d for d in dims)
-    ba, bb = part(ra), part(rb)
-    big = env.max_dim > env.small and rng.random() < (0.004 if env.gpu else 0.05)
-    M, K, N = _dim(rng, env), _dim(rng, env), _dim(rng, env)
+        return tuple(1 if bcast[first + i] else d for i, d in enumerate(dims))
+    ba, bb = part(ra, 0), part(rb, 4)
+    big = env.max_dim > env.small and rv.random() < (0.004 if env.gpu else 0.05)
+    M, K, N = _dim(rv, env), _dim(rv, env), _dim(rv, env)
     if big:                                            # one or two dims up to --max-dim
-        for which in rng.choice(3, size=int(rng.integers(1, 3)), replace=False):
-            v = int(rng.integers(env.small + 1, env.max_dim + 1))
+        for which in rv.choice(3, size=int(rv.integers(1, 3)), replace=False):
+            v = int(rv.integers(env.small + 1, env.max_dim + 1))
             M, K, N = (v, K, N) if which == 0 else (M, v, N) if which == 1 else (M, K, v)
     if huge:
-        M, K, N = (int(rng.integers(1, 5)) for _ in range(3))
+        M, K, N = (int(rv.integers(1, 5)) for _ in range(3))
+    if c.kwargs.get("variant") == "simt-async" and env.gpu and rv.random() < 0.5:
+        M, K, N = (int(rv.integers(1024, 1100)) for _ in range(3))      # what it takes (every side >= 1024)
 
     # GEMM form (decided before the sizes are final: out = a needs N == K)
     u = rng.random()
@@ -397,38 +426,40 @@ def draw_case(env: Env, seed: int, index: int) -> Case:
 
     # layouts
     c.bufs[0] = [0, dtype, "randn"]
-    c.a = _view(rng, env, kind, sa, 0)
+    c.a = _view(rs, rv, env, kind, sa, 0)
     shared = rng.random() < 0.08
     if shared:                                         # b reads a's buffer too
-        c.b = _view(rng, env, kind, sb, 0)
-        c.b.offset += int(rng.integers(0, max(1, c.a.span())))
+        c.b = _view(rs, rv, env, kind, sb, 0)
+        c.b.offset += int(rv.integers(0, max(1, c.a.span())))
     else:
         c.bufs[1] = [0, dtype, "randn"]
-        c.b = _view(rng, env, kind, sb, 1)
+        c.b = _view(rs, rv, env, kind, sb, 1)
 
-    alpha = _alpha(rng)
+    alpha = _alpha(rs, rv)
     beta = 0.0
     if out_mode == "none":
         if rng.random() < 0.1:
             c.kwargs["beta"] = 0.0
     else:
-        beta = _beta(rng)
+        beta = _beta(rs, rv)
         c.kwargs["beta"] = beta
         is_a = alias_of == "a" and tuple(res) == tuple(sa) and not c.a.expanded
         is_b = alias_of == "b" and tuple(res) == tuple(sb) and not c.b.expanded
-        if (is_a or is_b) and rng.random() < 0.7:
+        same_object = rng.random() < 0.7                # (drawn always: the structure stream stays in step)
+        overlap_plain = rng.random() < 0.6
+        if (is_a or is_b) and same_object:
             c.out_is = "a" if is_a else "b"
             c.out = c.a if is_a else c.b
             c.out_dtype = dtype
         elif alias_of and kind != "numba":             # out's elements inside an input's buffer
             src = c.a if alias_of == "a" else c.b
-            c.out = _view(rng, env, kind, res, src.buf, writable=True, plain=rng.random() < 0.6)
-            c.out.offset += int(rng.integers(0, max(1, src.span())))
+            c.out = _view(rs, rv, env, kind, res, src.buf, writable=True, plain=overlap_plain)
+            c.out.offset += int(rv.integers(0, max(1, src.span())))
             c.out_dtype = dtype
         else:
             c.out_dtype = _out_dtype(rng, kind, dtype)
             c.bufs[2] = [0, c.out_dtype, "nan" if beta == 0.0 else "randn"]
-            c.out = _view(rng, env, kind, res, 2, writable=True)
+            c.out = _view(rs, rv, env, kind, res, 2, writable=True)
     if alpha != 1.0 or rng.random() < 0.1:
         c.kwargs["alpha"] = alpha
     for v in (c.a, c.b, c.out):
@@ -454,14 +485,17 @@ def _triton_config(rng, variant: str, precision: str | None):
     return dict(_choice(rng, list(cfgs))) if cfgs else None
 
 
-def _alpha(rng):
-    return _choice(rng, [1.0, 1, 0.0, -1.0, 0.5, 2, np.float64(-0.75), round(float(rng.uniform(-2, 2)), 3)],
+def _alpha(rs, rv):
+    """The kind of alpha from the structure (1, 0, other: what the kernels compile for), its value
+    from the values."""
+    u = round(float(rv.uniform(-2, 2)), 3)
+    return _choice(rs, [1.0, 1, 0.0, -1.0, 0.5, 2, np.float64(-0.75), u],
                    [0.45, 0.05, 0.06, 0.08, 0.08, 0.06, 0.06, 0.16])
 
 
-def _beta(rng):
-    return _choice(rng, [0.0, 0, 1.0, -0.5, 2.0, round(float(rng.uniform(-2, 2)), 3)],
-                   [0.45, 0.05, 0.15, 0.1, 0.05, 0.2])
+def _beta(rs, rv):
+    u = round(float(rv.uniform(-2, 2)), 3)
+    return _choice(rs, [0.0, 0, 1.0, -0.5, 2.0, u], [0.45, 0.05, 0.15, 0.1, 0.05, 0.2])
 
 
 def _out_dtype(rng, kind: str, dtype: str) -> str:
@@ -739,6 +773,7 @@ class Result:
     err: float = 0.0
     reason: str = ""
     tb: str = ""                 # the traceback of a crash (printed with -v)
+    seconds: float = 0.0         # building, the call (compiles included) and the check
 
 
 def tolerance(case: Case) -> float:
@@ -918,11 +953,14 @@ class Summary:
             entry = {"seed": case.seed, "case": case.index, "category": res.category,
                      "description": case.describe(), "reason": res.reason,
                      "repro": f"python3 scripts/fuzz.py --seed {case.seed} --only {case.index} -v"}
-        self.add_record(case.label(), case.dlabel(), res.category, res.err, bool(case.invalid), entry)
+        self.add_record(case.label(), case.dlabel(), res.category, res.err, bool(case.invalid), entry, res.seconds)
 
-    def add_record(self, label: str, dlabel: str, category: str, err: float, invalid: bool, entry) -> None:
-        row = self.rows.setdefault((label, dlabel), {"cases": 0, **{c: 0 for c in CATEGORIES}, "max_rel_err": 0.0})
+    def add_record(self, label: str, dlabel: str, category: str, err: float, invalid: bool, entry,
+                   seconds: float = 0.0) -> None:
+        row = self.rows.setdefault((label, dlabel), {"cases": 0, **{c: 0 for c in CATEGORIES}, "max_rel_err": 0.0,
+                                                     "seconds": 0.0})
         row["cases"] += 1
+        row["seconds"] += seconds
         row[category] += 1
         if category in ("ok", "wrong") and not invalid:
             row["max_rel_err"] = max(row["max_rel_err"], err)
@@ -931,7 +969,7 @@ class Summary:
             (self.by_design if category == "by_design" else self.failures).append(entry)
 
     def totals(self) -> dict:
-        t = {"cases": 0, **{c: 0 for c in CATEGORIES}, "max_rel_err": 0.0}
+        t = {"cases": 0, **{c: 0 for c in CATEGORIES}, "max_rel_err": 0.0, "seconds": 0.0}
         for row in self.rows.values():
             for k in t:
                 t[k] = max(t[k], row[k]) if k == "max_rel_err" else t[k] + row[k]
@@ -943,18 +981,19 @@ class Summary:
 
     def table(self) -> str:
         head = f"{'kernel':<28} {'dtype':<16} {'cases':>6} {'ok':>6} {'wrong':>6} {'refused':>8} " \
-               f"{'by-design':>9} {'crash':>6} {'max rel err':>12}"
+               f"{'by-design':>9} {'crash':>6} {'max rel err':>12} {'seconds':>8}"
         lines = [head, "-" * len(head)]
 
         def fmt(k, d, r):
             e = r["max_rel_err"]
             es = "inf" if e == math.inf else f"{e:.2e}"
             return f"{k:<28} {d:<16} {r['cases']:>6} {r['ok']:>6} {r['wrong']:>6} {r['refused']:>8} " \
-                   f"{r['by_design']:>9} {r['crash']:>6} {es:>12}"
+                   f"{r['by_design']:>9} {r['crash']:>6} {es:>12} {r.get('seconds', 0.0):>8.1f}"
         for (k, d), r in sorted(self.rows.items()):
             lines.append(fmt(k, d, r))
         lines.append("-" * len(head))
         lines.append(fmt("total", "", self.totals()))
+        lines.append("seconds: time in the cases (compiles included; summed over the worker processes)")
         lines.append(f"elapsed {self.elapsed_s:.1f} s, seed {self.seed}"
                      + (f"; STOPPED EARLY: {self.stopped}" if self.stopped else ""))
         return "\n".join(lines)
@@ -991,10 +1030,12 @@ def run(env: Env, seed: int, indices, *, verbose: bool = False, time_limit: floa
             continue
         t1 = time.perf_counter()
         res = run_case(env, case)
+        res.seconds = time.perf_counter() - t1
         s.add(case, res)
         if records is not None:
             entry = None if res.category == "ok" else (s.by_design if res.category == "by_design" else s.failures)[-1]
-            records.append((case.label(), case.dlabel(), res.category, res.err, bool(case.invalid), entry))
+            records.append((case.label(), case.dlabel(), res.category, res.err, bool(case.invalid), entry,
+                            res.seconds))
         if verbose or res.category not in ("ok", "by_design"):
             log(f"[{res.category}] seed={seed} case={i} ({time.perf_counter() - t1:.2f} s): {case.describe()}"
                 + (f"\n    {res.reason}" if res.reason else "") + (f"  err={res.err:.3g}" if verbose else "")
@@ -1015,9 +1056,11 @@ def run(env: Env, seed: int, indices, *, verbose: bool = False, time_limit: floa
 _WORKER: dict = {}
 
 
-def _worker_init(tune: bool, max_dim: int | None) -> None:
+def _worker_init(tune: bool, max_dim: int | None, templates: int | None) -> None:
     _setup_env(tune)
-    _WORKER["env"] = Env.detect(max_dim)
+    _WORKER["env"] = Env.detect(max_dim, templates)
+    import torch
+    torch.set_num_threads(2)
 
 
 def _worker_chunk(seed: int, indices: list, verbose: bool, deadline: float | None):
@@ -1031,20 +1074,45 @@ def _worker_chunk(seed: int, indices: list, verbose: bool, deadline: float | Non
     return records, s.stopped
 
 
-def run_parallel(seed: int, indices: list, jobs: int, *, tune: bool, max_dim: int | None, verbose: bool,
-                 time_limit: float | None, chunk: int = 25) -> Summary:
-    """``run`` spread over ``jobs`` worker processes (spawned: CUDA does not survive a fork); the
-    cases are the same, only the order differs."""
+def _affinity(env: Env, seed: int, i: int, jobs: int) -> int:
+    """The worker for case ``i``: a SIMT kernel's cases (numba compiles per process, with no shared
+    cache) all go to one worker per (kernel, dtype); the rest round-robin (Triton's compiled kernels
+    are shared through its on-disk cache)."""
+    try:
+        c = draw_case(env, seed, i)
+    except Exception:   # noqa: BLE001
+        return i % jobs
+    spec = env.specs.get(c.resolved)
+    if spec is not None and spec.family == "simt" and not c.invalid:
+        import zlib
+        return zlib.crc32(f"{c.resolved}/{c.dtype}".encode()) % jobs
+    return i % jobs
+
+
+def run_parallel(env: Env, seed: int, indices: list, jobs: int, *, tune: bool, max_dim: int | None,
+                 verbose: bool, time_limit: float | None, chunk: int = 20) -> Summary:
+    """``run`` spread over ``jobs`` worker processes (spawned: CUDA does not survive a fork), one
+    GPU; the cases are the same, only the order differs."""
     import concurrent.futures as cf
     import multiprocessing as mp
     s = Summary(seed)
     t0 = time.perf_counter()
     deadline = None if time_limit is None else time.time() + time_limit
-    chunks = [indices[i:i + chunk] for i in range(0, len(indices), chunk)]
+    mine: list[list[int]] = [[] for _ in range(jobs)]
+    for i in indices:
+        mine[_affinity(env, seed, i, jobs)].append(i)
     stopped = []
-    with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn"), initializer=_worker_init,
-                                initargs=(tune, max_dim)) as ex:
-        futures = {ex.submit(_worker_chunk, seed, c, verbose, deadline): c for c in chunks}
+    ctx = mp.get_context("spawn")
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):   # many processes: few threads each
+        os.environ.setdefault(var, "2")
+    pools = [cf.ProcessPoolExecutor(1, mp_context=ctx, initializer=_worker_init,
+                                    initargs=(tune, max_dim, env.templates)) for _ in range(jobs)]
+    try:
+        futures = {}
+        for pool, idx in zip(pools, mine):
+            for k in range(0, len(idx), chunk):
+                c = idx[k:k + chunk]
+                futures[pool.submit(_worker_chunk, seed, c, verbose, deadline)] = c
         for f in cf.as_completed(futures):
             c = futures[f]
             try:
@@ -1056,6 +1124,9 @@ def run_parallel(seed: int, indices: list, jobs: int, *, tune: bool, max_dim: in
                 s.add_record(*r)
             if why:
                 stopped.append(why)
+    finally:
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
     s.failures.sort(key=lambda e: e["case"])
     s.by_design.sort(key=lambda e: e["case"])
     broken = [w for w in stopped if "CUDA context" in w or "worker failed" in w]
@@ -1077,21 +1148,24 @@ def main(argv=None) -> int:
     p.add_argument("--start", type=int, default=0, help="first case index")
     p.add_argument("--time-limit", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--tune", action="store_true", help="keep first-call tuning on (slow: times candidates)")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: on a GPU min(8, CPUs/2), "
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: on a GPU min(12, CPUs - 4), "
                    "in emulation 1); they share the GPU and compile kernels side by side")
+    p.add_argument("--templates", type=int, default=None, help="structures per run (default: "
+                   f"{DEFAULT_TEMPLATES} on a GPU, 0 in emulation; 0 = every case its own, slower on a GPU)")
     p.add_argument("-v", "--verbose", action="store_true", help="one line per case")
     args = p.parse_args(argv)
     _setup_env(args.tune)
-    env = Env.detect(args.max_dim)
+    env = Env.detect(args.max_dim, args.templates)
     indices = [int(x) for x in args.only.split(",")] if args.only else range(args.start, args.start + args.cases)
     print(f"tiledmm fuzz: {'GPU' if env.gpu else 'emulation'}, seed {args.seed}, "
-          f"{len(indices)} cases, kinds {[k for k, _ in env.kinds]}, max dim {env.max_dim}", flush=True)
-    jobs = args.jobs if args.jobs is not None else (min(8, max(1, (os.cpu_count() or 2) // 2)) if env.gpu else 1)
+          f"{len(indices)} cases, kinds {[k for k, _ in env.kinds]}, max dim {env.max_dim}, "
+          f"templates {env.templates or 'off (every case its own structure)'}", flush=True)
+    jobs = args.jobs if args.jobs is not None else (min(12, max(1, (os.cpu_count() or 2) - 4)) if env.gpu else 1)
     if len(indices) < 50:
         jobs = 1
     print(f"{jobs} process(es)", flush=True)
     if jobs > 1:
-        s = run_parallel(args.seed, list(indices), jobs, tune=args.tune, max_dim=args.max_dim,
+        s = run_parallel(env, args.seed, list(indices), jobs, tune=args.tune, max_dim=args.max_dim,
                          verbose=args.verbose, time_limit=args.time_limit)
     else:
         s = run(env, args.seed, indices, verbose=args.verbose, time_limit=args.time_limit,

@@ -20,6 +20,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
+if ls .whl/*.whl >/dev/null 2>&1; then   # the device image's numpy 2.5 breaks numba-cuda: carry numpy 2.4 (as device_check.sh)
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 LOG=${SANITIZE_OUT:-/tmp/tiledmm-sanitize}
 mkdir -p "$LOG"
 export TILEDMM_QUIET=1 TILEDMM_TUNE=off
