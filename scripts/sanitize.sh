@@ -16,7 +16,8 @@
 # One process per tool and family runs every case; the tool's ERROR SUMMARY covers them all
 # (an error report names the kernel). Host API return codes (numba and torch probe optional
 # driver entry points, which fail harmlessly) are not reported: --report-api-errors no.
-# Logs: $SANITIZE_OUT (default /tmp/tiledmm-sanitize/); a summary table ends the run.
+# Logs: $SANITIZE_OUT (default /tmp/tiledmm-sanitize/); a summary table ends the run; exit status 1
+# if any tool reported an error (or no summary) or any check failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
@@ -53,28 +54,33 @@ run_block() {
   local t0=$SECONDS
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --report-api-errors no --print-limit 10 \
     python3 scripts/sanitize_block.py "$@" 2>&1 | tee "$LOG/block-$tool.log" \
-    | grep -E "ERROR SUMMARY|^checked|^skipped|rror|ABORT|block total|^variant|^(blocked|tma|splitk)" | head -400
+    | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^checked|^skipped|rror|ABORT|block total|^variant|^(blocked|tma|splitk|simt)" \
+    | head -400
   echo "seconds $((SECONDS - t0))" >> "$LOG/block-$tool.log"
 }
 
 summary() {
   echo
   echo "== summary"
-  printf "%-7s %-10s %10s %8s %6s %8s %8s\n" family tool san.errors ok FAIL skipped seconds
+  printf "%-7s %-10s %10s %8s %6s %8s %8s\n" family tool san.errors ok FAIL skipped seconds   # racecheck: hazards
   for f in "$LOG"/simt-*.log "$LOG"/block-*.log; do
     [ -e "$f" ] || continue
     local base fam tool errs ok fail skip secs
     base=$(basename "$f" .log); fam=${base%%-*}; tool=${base#*-}
     errs=$(grep -E "ERROR SUMMARY" "$f" | tail -1 | sed -E 's/.*ERROR SUMMARY: ([0-9]+).*/\1/')
+    [ -z "$errs" ] && errs=$(grep -E "RACECHECK SUMMARY" "$f" | tail -1 | sed -E 's/.*SUMMARY: ([0-9]+) hazards.*/\1/')
     ok=$(grep -cE "^checked .* ok( |$)" "$f")
     fail=$(grep -cE "^checked .* FAIL( |$)" "$f")
     skip=$(grep -c "^skipped" "$f")
     secs=$(grep -E "^seconds" "$f" | awk '{print $2}')
     grep -q ABORT "$f" && fail="$fail+ABORT"
     printf "%-7s %-10s %10s %8s %6s %8s %8s\n" "$fam" "$tool" "${errs:-none}" "$ok" "$fail" "$skip" "${secs:--}"
+    if [ "${errs:-1}" != 0 ] || [ "$fail" != 0 ]; then STATUS=1; fi
   done
+  echo "(san.errors: the tool's ERROR SUMMARY count, racecheck's hazards; 'none': no summary line, look at the log)"
 }
 
+STATUS=0
 rm -f "$LOG"/simt-*.log "$LOG"/block-*.log
 if [ "$MODE" = simt ] || [ "$MODE" = all ]; then
   for tool in memcheck racecheck synccheck; do run_simt $tool; done
@@ -85,3 +91,4 @@ if [ "$MODE" = block ] || [ "$MODE" = all ]; then
   run_block synccheck --small
 fi
 summary
+exit $STATUS
