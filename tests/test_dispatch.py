@@ -115,7 +115,9 @@ def test_short_path_binds_launches_and_stays_right_as_pointers_change(dtype, tol
     M += {torch.float32: 0, torch.bfloat16: 16}[dtype] + (8 if variant == "blocked" else 0)  # shapes of this test only
     precision = "ieee" if dtype == torch.float32 else "none"
     cfg = C.heuristic(v.configs(C.kind_of(precision)), M, N, K, V.num_sms())
-    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(v, p, cfg))
+    real = bm.resolved                   # the forced variant where it applies (the misaligned and
+    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(v, p, cfg)   # alpha/beta calls
+                        if v.applicable(a, b, c, p, al, be) else real(a, b, c, p, al, be))  # below: not TMA)
     for step in range(6):               # new tensors every call: only the pointers change
         a = torch.randn(M, K, device="cuda", dtype=dtype)
         b = torch.randn(K, N, device="cuda", dtype=dtype)
