@@ -32,14 +32,7 @@ SEED, CASES = 20240909, (30 if GPU else 40)
 # reported but do not fail the run; each entry gets a strict xfail with a minimal repro below, and
 # goes (the xfail turned into a regression test) when it is fixed.
 # {name: (predicate on the failure entry, regex on its reason)}
-KNOWN: dict = {
-    "numba-negative-strides": (lambda f: GPU and f["description"].startswith("numba"),
-                               re.compile(r"D->H copy not implemented for negative strides")),
-    "numba-short-path-itemsize": (lambda f: GPU and f["description"].startswith("numba"),
-                                  re.compile(r"'DeviceNDArray' object has no attribute 'itemsize'")),
-    "numba-zero-strides": (lambda f: GPU and f["description"].startswith("numba") and re.search(r"[\[ ]zero", f[
-                           "description"]) is not None, re.compile(r"rel err|non-finite|accepted")),
-}
+KNOWN: dict = {}
 
 
 def _known(f: dict) -> str | None:
@@ -228,9 +221,7 @@ def _numba_gpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="bug: _arrays.to_torch copies a numba array with negative strides through "
-                   "copy_to_host, which numba refuses on a device (NotImplementedError)")
-def test_known_bug_numba_negative_strides():
+def test_numba_negative_strides_fixed():
     import tiledmm
     cuda = _numba_gpu()
     host = np.arange(12, dtype=np.float32).reshape(3, 4)
@@ -240,9 +231,7 @@ def test_known_bug_numba_negative_strides():
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="bug: the numba short path (api._span_overlap) reads t.itemsize, which a numba "
-                   "DeviceNDArray does not have: the second call with out= raises AttributeError")
-def test_known_bug_numba_short_path_out():
+def test_numba_short_path_out_fixed():
     import tiledmm
     cuda = _numba_gpu()
     a = cuda.to_device(np.ones((4, 4), np.float32))
@@ -254,10 +243,7 @@ def test_known_bug_numba_short_path_out():
 
 
 @pytest.mark.gpu
-@pytest.mark.xfail(strict=True, reason="bug: a numba array with a zero stride (from another library's expand) "
-                   "exports __cuda_array_interface__ strides=None (numba thinks it contiguous); tiledmm reads "
-                   "it as contiguous: wrong values, reads (and for out, writes) past the buffer")
-def test_known_bug_numba_zero_strides():
+def test_numba_zero_strides_fixed():
     import torch
     import tiledmm
     cuda = _numba_gpu()
@@ -265,3 +251,19 @@ def test_known_bug_numba_zero_strides():
     bt = torch.randn(3, 5, device="cuda")
     r = tiledmm.matmul(cuda.as_cuda_array(t), cuda.as_cuda_array(bt))
     torch.testing.assert_close(torch.as_tensor(r, device="cuda"), t @ bt)
+
+
+@pytest.mark.gpu
+def test_numba_outs_with_zero_and_negative_strides():
+    import torch
+    import tiledmm
+    cuda = _numba_gpu()
+    ah, bh = np.random.default_rng(3).standard_normal((2, 4, 3)).astype(np.float32)[0], \
+        np.random.default_rng(4).standard_normal((3, 5)).astype(np.float32)
+    a, b = cuda.to_device(ah), cuda.to_device(bh)
+    expanded = cuda.as_cuda_array(torch.zeros(1, 5, device="cuda").expand(4, 5))   # 20 elements over 5
+    with pytest.raises(tiledmm.TiledmmError, match="overlapping"):
+        tiledmm.matmul(a, b, out=expanded)
+    buf = cuda.to_device(np.full((4, 5), np.nan, np.float32))
+    tiledmm.matmul(a, b, out=buf[:, ::-1])                                          # strides (20, -4)
+    np.testing.assert_allclose(buf.copy_to_host()[:, ::-1], ah @ bh, rtol=1e-5, atol=1e-5)

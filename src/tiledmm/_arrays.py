@@ -101,10 +101,36 @@ def to_torch(x: Any, kind: str):
             import cupy
             x = cupy.ascontiguousarray(x) if x.size else cupy.empty(x.shape, x.dtype)
         return torch.from_dlpack(x)
-    strides = x.__cuda_array_interface__.get("strides") or ()
-    if _negative(strides):                # numba cannot copy these on the device: through the host
-        return torch.from_numpy(np.ascontiguousarray(x.copy_to_host())).cuda()
-    return torch.as_tensor(x, device=f"cuda:{torch.cuda.current_device()}")
+    return _device_view(x, torch)
+
+
+class _Interface:
+    def __init__(self, cai: dict):
+        self.__cuda_array_interface__ = cai
+
+
+def _positive_view(x: Any, torch):
+    """(view, dims): a torch view of a numba (or other ``__cuda_array_interface__``) device
+    array over its own bytes with the array's own strides made positive, and the dimensions
+    whose strides were negative (the view flipped along them is the array). The array's own
+    ``strides`` are used: numba's interface says ``strides: None`` ("contiguous") for some
+    zero-stride views."""
+    cai = dict(x.__cuda_array_interface__)
+    shape = tuple(cai["shape"])
+    strides = tuple(getattr(x, "strides", None) or cai.get("strides") or ())
+    device = f"cuda:{torch.cuda.current_device()}"
+    if not strides or not shape or 0 in shape:
+        return torch.as_tensor(_Interface(cai), device=device), []
+    ptr = int(cai["data"][0])
+    lo = ptr + sum((n - 1) * st for n, st in zip(shape, strides) if st < 0)
+    cai.update(data=(lo, cai["data"][1]), strides=tuple(abs(st) for st in strides))
+    return torch.as_tensor(_Interface(cai), device=device), [i for i, st in enumerate(strides) if st < 0]
+
+
+def _device_view(x: Any, torch):
+    """The array as a torch tensor: a view, or (negative strides) a flipped copy on the device."""
+    view, flip = _positive_view(x, torch)
+    return view.flip(flip) if flip else view
 
 
 def writable_view(x: Any, kind: str):
@@ -128,13 +154,12 @@ def write_back(x: Any, kind: str, t) -> None:
         import cupy
         x[...] = cupy.from_dlpack(t.contiguous())
     else:   # numba (simulated or negative strides)
-        host = t.cpu().numpy()
         if _simulated(x):               # the simulator's array wraps a numpy array: assign through it
-            x[...] = host
-        else:
-            from ._backend import numba_cuda
-            tmp = numba_cuda().to_device(np.ascontiguousarray(host))
-            x[...] = tmp
+            x[...] = t.cpu().numpy()
+        else:                           # negative strides: write through the positive view, flipped
+            import torch
+            view, flip = _positive_view(x, torch)
+            view.copy_(t.flip(flip) if flip else t)
 
 
 def from_torch(t, kind: str, like: Any):

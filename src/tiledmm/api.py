@@ -492,7 +492,7 @@ class _PointerPlan:
 def _span_overlap(x, px: int, y, py: int) -> bool:
     """Whether two arrays' byte ranges (from their own strides) intersect."""
     def end(t, p):
-        return p + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.strides)) + t.itemsize
+        return p + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.strides)) + t.dtype.itemsize
     return px < end(y, py) and py < end(x, px)
 
 
