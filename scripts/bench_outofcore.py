@@ -22,13 +22,13 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 import tiledmm
-from tiledmm.outofcore import matmul_out_of_core, plan_out_of_core, tiledmm_gemm, torch_gemm, warm_out_of_core
+from tiledmm.outofcore import (check_sampled, fill_random, matmul_out_of_core, plan_out_of_core, tiledmm_gemm,
+                               torch_gemm, warm_out_of_core)
 from tiledmm.timing import time_calls
 
 GiB = 1 << 30
@@ -52,34 +52,6 @@ def peak_rss() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return 0
-
-
-def rows_split(n, parts):
-    return [(i * n // parts, (i + 1) * n // parts) for i in range(parts)]
-
-
-def fill_numpy(x: np.ndarray, seed: int, threads: int, nan=False):
-    def work(args):
-        i, (r0, r1) = args
-        if nan:
-            x[r0:r1] = np.nan
-        else:
-            np.random.default_rng([seed, i]).standard_normal(out=x[r0:r1], dtype=np.float32)
-    with ThreadPoolExecutor(threads) as ex:
-        list(ex.map(work, enumerate(rows_split(x.shape[0], threads * 4))))
-
-
-def fill_torch(x: torch.Tensor, seed: int, threads: int, nan=False):
-    """Normal numbers (numpy's generator, float32, converted) or NaN, rows split over threads."""
-    def work(args):
-        i, (r0, r1) = args
-        if nan:
-            x[r0:r1].fill_(float("nan"))
-        else:
-            g = np.random.default_rng([seed, i])
-            x[r0:r1].copy_(torch.from_numpy(g.standard_normal((r1 - r0, x.shape[1]), dtype=np.float32)))
-    with ThreadPoolExecutor(threads) as ex:
-        list(ex.map(work, enumerate(rows_split(x.shape[0], threads * 16))))
 
 
 def pin(t: torch.Tensor):
@@ -132,37 +104,6 @@ def incore_rate(n, dtype, gemm_name):
     return 2.0 * n ** 3 / (ms * 1e-3) / 1e12, ms, rel
 
 
-def sample_index(n, block, count, rng):
-    """About ``count`` sorted indices below n: the ends, block edges (spread), the rest random."""
-    edges = {0, n - 1}
-    for e in range(block, n, block):
-        edges.update({e - 1, e})
-    edges = sorted(edges)
-    if len(edges) > count // 2:
-        edges = [edges[i] for i in np.linspace(0, len(edges) - 1, count // 2).astype(int)]
-    rest = rng.choice(n, size=min(n, max(0, count - len(edges))), replace=False)
-    return np.unique(np.concatenate([np.array(edges, dtype=np.int64), rest.astype(np.int64)]))
-
-
-def check(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, plan: dict, rows: int, cols: int, seed: int):
-    """Rel. Frobenius error of sampled rows x columns (block edges included) vs float64."""
-    rng = np.random.default_rng(seed)
-    m, n = c.shape
-    bm, bn = (plan["bn"], plan["bm"]) if plan["transposed"] else (plan["bm"], plan["bn"])
-    ri = torch.from_numpy(sample_index(m, bm, rows, rng))
-    ci = torch.from_numpy(sample_index(n, bn, cols, rng))
-    dev = "cuda" if torch.cuda.is_available() else "cpu"
-    A = a.index_select(0, ri).to(dev).double()
-    ref = None
-    for k0 in range(0, a.shape[1], 8192):          # B's sampled columns, a K-slab at a time
-        part = A[:, k0:k0 + 8192] @ b[k0:k0 + 8192].index_select(1, ci).to(dev).double()
-        ref = part if ref is None else ref.add_(part)
-    got = c.index_select(0, ri).index_select(1, ci).to(dev).double()
-    nan = bool(torch.isnan(got).any())
-    rel = float((got - ref).norm() / ref.norm())
-    return (float("inf") if nan else rel), len(ri), len(ci)
-
-
 def run_case(name, a, b, c, *, gemm_name, budget, acc, batches, check_rows, check_cols, incore, tol, target, seed,
              warmup="run", rates=None, blocks=None, check_it=True):
     gemm = torch_gemm if gemm_name == "torch" else tiledmm_gemm()
@@ -197,7 +138,7 @@ def run_case(name, a, b, c, *, gemm_name, budget, acc, batches, check_rows, chec
     stats = box["stats"]
     log(f"  plan: {stats['plan_text']}")
     if check_it:
-        rel, nr, nc = check(a, b, c, stats["plan"], check_rows, check_cols, seed)
+        rel, nr, nc = check_sampled(a, b, c, stats["plan"], check_rows, check_cols, seed)
         log(f"  check: {nr} rows x {nc} cols vs float64: rel err {rel:.2e} (tol {tol:.0e}) -> "
             f"{'ok' if rel <= tol else 'WRONG'}")
     else:
@@ -244,7 +185,6 @@ def main():
     ap.add_argument("--bf16-blocks", default="", help="force the bf16 block shape, BMxBNxBK")
     ap.add_argument("--bf16-sweep", default="", help="after the bf16 runs: these block shapes (BMxBNxBK,...), torch GEMM, "
                                                      "timed without a check")
-    ap.add_argument("--threads", type=int, default=min(16, os.cpu_count() or 4))
     ap.add_argument("--check-rows", type=int, default=64)
     ap.add_argument("--check-cols", type=int, default=2048)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -290,15 +230,15 @@ def main():
             A = np.empty((n, n), np.float32)
             B = np.empty((n, n), np.float32)
             C = np.empty((n, n), np.float32)
-            fill_numpy(A, 1, args.threads)
-            fill_numpy(B, 2, args.threads)
-            fill_numpy(C, 0, args.threads, nan=True)
-            log(f"  fill (threads={args.threads}): {time.perf_counter() - t:.1f} s; peak RSS {peak_rss() / 1e9:.1f} GB")
+            fill_random(torch.from_numpy(A), 1)
+            fill_random(torch.from_numpy(B), 2)
+            fill_random(torch.from_numpy(C), 0, nan=True)
+            log(f"  fill: {time.perf_counter() - t:.1f} s; peak RSS {peak_rss() / 1e9:.1f} GB")
             budget = int(cfg["budget_gib"] * GiB) if cfg["budget_gib"] else None
             blocks = parse_blocks(args.fp32_blocks)
             for g in gemms:
                 if g != gemms[0]:
-                    fill_numpy(C, 0, args.threads, nan=True)
+                    fill_random(torch.from_numpy(C), 0, nan=True)
                 rates = None if args.no_rates else {"gemm": incore[g][0] * 1e12}
                 results.append(run_case(f"fp32 numpy{tag}", torch.from_numpy(A), torch.from_numpy(B), torch.from_numpy(C),
                                         gemm_name=g, budget=budget, acc=None, batches=1, check_rows=args.check_rows,
@@ -317,9 +257,9 @@ def main():
                 log(f"  in-core {g} bf16 {cfg['incore_n']}^3: {ms:.2f} ms = {tf:.1f} TFLOP/s (rel err {rel:.1e})")
             t = time.perf_counter()
             A, B, C = (torch.empty((n, n), dtype=torch.bfloat16) for _ in range(3))
-            fill_torch(A, 1, args.threads)
-            fill_torch(B, 2, args.threads)
-            fill_torch(C, 0, args.threads, nan=True)
+            fill_random(A, 1)
+            fill_random(B, 2)
+            fill_random(C, 0, nan=True)
             t1 = time.perf_counter()
             (A, ra), (B, rb), (C, rc) = (pin(x) for x in (A, B, C))
             log(f"  allocate+fill {t1 - t:.1f} s, pin {time.perf_counter() - t1:.1f} s; pinned: {A.is_pinned()}, "
@@ -328,7 +268,7 @@ def main():
             blocks = parse_blocks(args.bf16_blocks)
             for g in gemms:
                 if g != gemms[0]:
-                    fill_torch(C, 0, args.threads, nan=True)
+                    fill_random(C, 0, nan=True)
                 rates = None if args.no_rates else {"gemm": incore[g][0] * 1e12}
                 results.append(run_case(f"bf16 pinned{tag}", A, B, C, gemm_name=g, budget=budget,
                                         acc=torch.float32 if g == "tiledmm" else None, batches=args.bf16_batches,

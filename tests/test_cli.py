@@ -384,21 +384,21 @@ def test_byte_sizes_and_host_helpers(monkeypatch):
         [123, 512 << 20, 16 << 30, 16 << 30, 1536, 2 * 10 ** 9]
     assert C.human_bytes(16 << 30) == "16 GiB" and C.human_bytes(100) == "100 B"
     assert C.mem_available() > 0
-    monkeypatch.setattr(C, "FILL_CHUNK", 256)          # many chunks: the values do not depend on the thread pool
+    from tiledmm import outofcore as O
+    monkeypatch.setattr(O, "FILL_CHUNK", 256)          # many chunks: the values do not depend on the thread pool
     x, y = torch.empty(50, 7), torch.from_numpy(np.empty((50, 7), np.float32))
-    C.fill_random(x, 5)
-    C.fill_random(y, 5)
-    assert len(C._row_chunks(x)) == 6 and torch.equal(x, y) and x.std() > 0.5
-    C.fill_random(y, 5, nan=True)
+    O.fill_random(x, 5)
+    O.fill_random(y, 5)
+    assert len(O.row_chunks(x)) == 6 and torch.equal(x, y) and x.std() > 0.5
+    O.fill_random(y, 5, nan=True)
     assert torch.isnan(y).all()
-    idx = C._sample_index(100, 30, 16, np.random.default_rng(0))
+    idx = O.sample_index(100, 30, 16, np.random.default_rng(0))
     assert {0, 29, 30, 59, 60, 89, 90, 99} <= set(idx.tolist()) and len(idx) <= 16
 
 
 def test_check_sampled_finds_wrong_and_unwritten_results():
     import torch
-    from tiledmm.cli import check_sampled
-    from tiledmm.outofcore import plan_out_of_core
+    from tiledmm.outofcore import check_sampled, plan_out_of_core
     a, b = torch.randn(30, 20), torch.randn(20, 25)
     plan = plan_out_of_core(30, 25, 20, torch.float32, max_device_bytes=2000)
     c = a @ b
@@ -408,6 +408,8 @@ def test_check_sampled_finds_wrong_and_unwritten_results():
     assert check_sampled(a, b, c, plan, 8, 10)[0] > 0.5
     c[:] = float("nan")
     assert check_sampled(a, b, c, plan, 8, 10)[0] == float("inf")
+    as_dict = {"bm": plan.bm, "bn": plan.bn, "transposed": plan.transposed}     # stats["plan"] of a run
+    assert check_sampled(a, b, a @ b, as_dict, 8, 10)[0] < 1e-6
 
 
 @pytest.mark.gpu
