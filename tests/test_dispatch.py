@@ -170,3 +170,18 @@ def test_short_path_for_cupy_and_numba_is_right_and_on_the_callers_stream(varian
             y = tiledmm.matmul(x, cb)
         s.synchronize()
         assert _rel(torch.from_dlpack(y), (2 * i) * ref) < 1e-5, i
+
+
+def test_changing_the_tuning_mode_drops_choices_made_under_the_old_one():
+    from tiledmm import api
+    from tiledmm.kernels.block import matmul as bm
+    a = torch.randn(24, 16)
+    tiledmm.matmul(a, a.T.contiguous())
+    assert bm._plans
+    api._fast_plans[("marker",)] = object()            # the short path's plans go too (GPU only otherwise)
+    before = tuning.mode()
+    try:
+        tuning.set_mode("on" if before == "off" else "off")
+        assert not bm._plans and not api._fast_plans
+    finally:
+        tuning.set_mode(before)

@@ -22,7 +22,7 @@ import threading
 from contextlib import nullcontext
 from typing import Any
 
-from . import _backend, epilogue, registry
+from . import _backend, epilogue, registry, tuning
 from ._arrays import (SUPPORTED_DTYPES, TiledmmError, describe, device_name, dtype_name, from_torch, kind_of,
                       on_host, shape_str, to_torch, write_back, writable_view)
 from .registry import KernelSpec
@@ -341,6 +341,7 @@ def _out_of_core(spec, tile, opts, ta, tb, target, alpha, beta, max_device_bytes
 _Tensor = None
 _fast_plans: dict[tuple, Any] = {}
 _fast_lock = threading.Lock()
+tuning.on_mode_change(_fast_plans.clear)   # bound launches chosen under the other tuning mode
 
 
 class _FastPlan:

@@ -37,11 +37,24 @@ def mode() -> str:
     return _mode
 
 
+_listeners: list[Callable[[], object]] = []
+
+
+def on_mode_change(fn: Callable[[], object]) -> None:
+    """Call ``fn`` whenever ``set_mode`` changes the mode: the caches of choices made under the old
+    mode (model picks with tuning off) are dropped, so the next call chooses again."""
+    _listeners.append(fn)
+
+
 def set_mode(value: str) -> None:
     global _mode
     if value not in ("on", "off"):
         raise ValueError(f"tuning mode is 'on' or 'off', not {value!r}")
+    changed = value != mode()
     _mode = value
+    if changed:
+        for fn in _listeners:
+            fn()
 
 
 def cache_dir() -> Path:

@@ -29,6 +29,7 @@ VARIANTS = tuple(V.BY_NAME)
 
 _plans: dict[tuple, Callable] = {}
 _lock = threading.Lock()
+tuning.on_mode_change(_plans.clear)   # plans resolved under the other mode are resolved again
 
 
 def check_precision(dtype: str, precision: str | None) -> str:

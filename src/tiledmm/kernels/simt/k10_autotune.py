@@ -93,6 +93,7 @@ def choose(a, b, out, opts) -> Shape:
 
 
 _chosen: dict[str, Shape] = {}
+tuning.on_mode_change(_chosen.clear)   # a model pick made with tuning off is chosen again
 
 
 def prepare(a, b, out, tile, opts):

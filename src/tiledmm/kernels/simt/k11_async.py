@@ -462,6 +462,7 @@ CANDIDATES = {
 }
 ANALYSED = CANDIDATES["float32"][0]   # what the analysis tools compile for this rung
 _chosen: dict[str, Config] = {}
+tuning.on_mode_change(_chosen.clear)   # a model pick made with tuning off is chosen again
 
 
 def choose(a, b, out, opts) -> Config:
