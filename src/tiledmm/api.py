@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 import numbers
-
-import numpy as np
 import threading
 from contextlib import nullcontext
 from typing import Any
+
+import numpy as np
 
 from . import _backend, epilogue, registry, tuning
 from ._arrays import (SUPPORTED_DTYPES, TiledmmError, describe, device_name, dtype_name, from_torch, kind_of,
