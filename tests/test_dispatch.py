@@ -185,3 +185,52 @@ def test_changing_the_tuning_mode_drops_choices_made_under_the_old_one():
         assert not bm._plans and not api._fast_plans
     finally:
         tuning.set_mode(before)
+
+
+def test_replay_binds_one_plain_launch_and_nothing_else():
+    """fastlaunch.replay on a stand-in compiled kernel (CPU): the bound launch passes the grid, the
+    stream, the three new pointers and the recorded arguments, constexprs in place; anything else
+    -- a variant that does more, two launches, another tensor among the arguments -- is not bound."""
+    from tiledmm.kernels.block import fastlaunch
+
+    def kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
+        pass
+
+    class JIT:
+        fn = kernel
+
+    calls = []
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+
+        def run(self, *args):
+            calls.append(args)
+
+    fk = fastlaunch.FastKernel(JIT, {"BLOCK": 64}, 4, 3)
+    fk.direct = True
+    fk._slow = lambda grid, args: Compiled()
+    a, b, c, other = (torch.empty(4) for _ in range(4))
+
+    def variant(x, y, z, *, alpha):
+        fk((3, 2), x, y, z, 17, alpha)
+    variant.replayable = True
+
+    go = fastlaunch.replay(variant, a, b, c, alpha=2.0)       # first launch: compiles (stand-in), recorded
+    assert go is not None and calls == []
+    go(99, 111, 222, 333)
+    assert calls == [(3, 2, 1, 99, "fn", "meta", None, None, None, 111, 222, 333, 17, 64, 2.0)]
+
+    variant.replayable = False                                # a variant that does more than the launch
+    assert fastlaunch.replay(variant, a, b, c, alpha=2.0) is None
+
+    def twice(x, y, z, *, alpha):
+        fk((3, 2), x, y, z, 17, alpha)
+        fk((3, 2), x, y, z, 17, alpha)
+    twice.replayable = True
+    assert fastlaunch.replay(twice, a, b, c, alpha=2.0) is None
+
+    def workspace(x, y, z, *, alpha):
+        fk((3, 2), x, y, other, 17, alpha)                    # writes somewhere else: not bound
+    workspace.replayable = True
+    assert fastlaunch.replay(workspace, a, b, c, alpha=2.0) is None
