@@ -41,37 +41,12 @@ def _tile_id(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                  stride_ab, stride_am, stride_ak,
-                  stride_bb, stride_bk, stride_bn,
-                  stride_cb, stride_cm, stride_cn,
-                  alpha, beta,
+def _tile_product(a_tile, b_tile, rows, cols, M, N, k_len, stride_ak, stride_bk,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
-                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False,
-                  K_PER_SPLIT=None, stride_cs=0):
-    pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    batch = tl.program_id(1).to(tl.int64)
-    a_ptr += batch * stride_ab
-    b_ptr += batch * stride_bb
-    c_ptr += batch * stride_cb
-    # split-K: program (.., .., s) sums the K range [s*K_PER_SPLIT, (s+1)*K_PER_SPLIT) into its own
-    # fp32 slice of a workspace, added up afterwards. Without split-K, K_PER_SPLIT = K and s = 0.
-    # (k_len is a new name: Triton may have specialised K to the constant 1.)
-    split = tl.program_id(2)
-    k0 = split * K_PER_SPLIT
-    a_ptr += k0.to(tl.int64) * stride_ak
-    b_ptr += k0.to(tl.int64) * stride_bk
-    c_ptr += split.to(tl.int64) * stride_cs
-    k_len = tl.minimum(K - k0, K_PER_SPLIT)
-
-    # Row and Col of the lectures' kernel, now vectors of BLOCK_M rows / BLOCK_N columns
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                  PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+    """The phase loop: acc = A[rows, :k_len] @ B[:k_len, cols] in fp32, BLOCK_K-wide phases,
+    ``a_tile``/``b_tile`` pointing at phase 0 (rows x ks, ks x cols)."""
     ks = tl.arange(0, BLOCK_K)
-    a_tile = a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
-    b_tile = b_ptr + ks[:, None] * stride_bk + cols[None, :].to(tl.int64) * stride_bn
-
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for phase in range(0, tl.cdiv(k_len, BLOCK_K)):
         k_left = k_len - phase * BLOCK_K
@@ -87,15 +62,46 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
             acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_tile += BLOCK_K * stride_ak
         b_tile += BLOCK_K * stride_bk
+    return acc
 
-    # the GEMM epilogue: C = alpha * acc + beta * C; with beta == 0, C is never read (NaN in it cannot leak)
+
+@triton.jit
+def _epilogue(c_tile, acc, inside, alpha, beta, ALPHA_ONE: tl.constexpr, HAS_BETA: tl.constexpr):
+    """The GEMM epilogue: C = alpha * acc + beta * C where ``inside``; with beta == 0 C is never
+    read (NaN in it cannot leak)."""
     if not ALPHA_ONE:
         acc = acc * alpha
-    c_tile = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
-    inside = (rows[:, None] < M) & (cols[None, :] < N)
     if HAS_BETA:
         acc += beta * tl.load(c_tile, mask=inside, other=0.0).to(tl.float32)
-    tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=inside)
+    tl.store(c_tile, acc.to(c_tile.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                  stride_ab, stride_am, stride_ak,
+                  stride_bb, stride_bk, stride_bn,
+                  stride_cb, stride_cm, stride_cn,
+                  alpha, beta,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
+                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False):
+    pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    batch = tl.program_id(1).to(tl.int64)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
+
+    # Row and Col of the lectures' kernel, now vectors of BLOCK_M rows / BLOCK_N columns
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    a_tile = a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
+    b_tile = b_ptr + ks[:, None] * stride_bk + cols[None, :].to(tl.int64) * stride_bn
+    acc = _tile_product(a_tile, b_tile, rows, cols, M, N, K, stride_ak, stride_bk,
+                        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
+
+    c_tile = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
+    _epilogue(c_tile, acc, (rows[:, None] < M) & (cols[None, :] < N), alpha, beta, ALPHA_ONE, HAS_BETA)
 
 
 @triton.jit

@@ -22,6 +22,8 @@ from ._vcommon import cfg, kind_of, num_sms, tl_precision
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from .kernels import _epilogue, _tile_id, _tile_product  # noqa: E402  (the blocked kernel's pieces)
+
 NAME = "splitk"
 
 
@@ -34,14 +36,7 @@ def splitk_kernel(a_ptr, b_ptr, o_ptr, M, N, K, K_PER_SPLIT,
                   HAS_BETA: tl.constexpr, ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr):
     """Program (tile, batch, split): sums A[rows, ks] @ B[ks, cols] over its K slice.
     PARTIAL: store the fp32 sum into the workspace slice ``split``; else finish C here."""
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * num_pid_n
-    first_m = (pid // per_group) * GROUP_M
-    rows_in_group = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_in_group
-    pid_n = (pid % per_group) // rows_in_group
+    pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     batch = tl.program_id(1).to(tl.int64)
     split = tl.program_id(2)
     k0 = split * K_PER_SPLIT
@@ -52,31 +47,15 @@ def splitk_kernel(a_ptr, b_ptr, o_ptr, M, N, K, K_PER_SPLIT,
     ks = tl.arange(0, BLOCK_K)
     a_tile = a_ptr + batch * s_ab + k0.to(tl.int64) * s_ak + rows[:, None].to(tl.int64) * s_am + ks[None, :] * s_ak
     b_tile = b_ptr + batch * s_bb + k0.to(tl.int64) * s_bk + ks[:, None].to(tl.int64) * s_bk + cols[None, :] * s_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for phase in range(0, tl.cdiv(k_len, BLOCK_K)):
-        k_left = k_len - phase * BLOCK_K
-        a = tl.load(a_tile, mask=(rows[:, None] < M) & (ks[None, :] < k_left), other=0.0)
-        b = tl.load(b_tile, mask=(ks[:, None] < k_left) & (cols[None, :] < N), other=0.0)
-        if UPCAST:   # the interpreter's bf16 tl.dot is wrong (triton 3.9): emulation only
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        if PRECISION == "none":
-            acc = tl.dot(a, b, acc)
-        else:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        a_tile += BLOCK_K * s_ak
-        b_tile += BLOCK_K * s_bk
+    acc = _tile_product(a_tile, b_tile, rows, cols, M, N, k_len, s_ak, s_bk,
+                        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
 
     o_tile = o_ptr + batch * s_ob + split.to(tl.int64) * s_os + rows[:, None].to(tl.int64) * s_om + cols[None, :] * s_on
     inside = (rows[:, None] < M) & (cols[None, :] < N)
     if PARTIAL:
         tl.store(o_tile, acc, mask=inside)
     else:
-        if not ALPHA_ONE:
-            acc = acc * alpha
-        if HAS_BETA:
-            acc += beta * tl.load(o_tile, mask=inside, other=0.0).to(tl.float32)
-        tl.store(o_tile, acc.to(o_ptr.dtype.element_ty), mask=inside)
+        _epilogue(o_tile, acc, inside, alpha, beta, ALPHA_ONE, HAS_BETA)
 
 
 @triton.jit
@@ -90,14 +69,9 @@ def splitk_reduce_kernel(ws_ptr, c_ptr, MN, N, S, s_ws, s_wb, s_cb, s_cm, s_cn, 
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for s in range(S):
         acc += tl.load(src + s * s_ws, mask=mask, other=0.0)
-    if not ALPHA_ONE:
-        acc = acc * alpha
     m = offs // N
     n = offs % N
-    dst = c_ptr + batch * s_cb + m * s_cm + n * s_cn
-    if HAS_BETA:
-        acc += beta * tl.load(dst, mask=mask, other=0.0).to(tl.float32)
-    tl.store(dst, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    _epilogue(c_ptr + batch * s_cb + m * s_cm + n * s_cn, acc, mask, alpha, beta, ALPHA_ONE, HAS_BETA)
 
 
 def _c(bm, bn, bk, warps, stages, waves=2, group=8):

@@ -59,21 +59,18 @@ def _upcast(a) -> bool:   # emulation only: the interpreter's bf16 tl.dot return
 
 # -- blocked: masked tiles, any strides, batch on grid axis 1 ------------------------------------
 
-def _blocked_launch(a, b, c, *, precision, alpha, beta, config, ws=None, splits=1, k_per=None):
+def _blocked_launch(a, b, c, *, precision, alpha, beta, config):
     batch, M, K, N, sa, sb = _dims(a, b)
     flags = (("PRECISION", precision), ("HAS_BETA", beta != 0.0), ("ALPHA_ONE", alpha == 1.0),
              ("UPCAST", _upcast(a)))
     fk = _fast(matmul_kernel, tuple(config.items()), flags)
     tiles = triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])
-    out = ws if ws is not None else c
-    so = out.stride(-3) if out.dim() >= 3 else 0
-    scs = ws.stride(0) if ws is not None else 0
+    sc = c.stride(-3) if c.dim() >= 3 else 0
     for b0 in range(0, batch, MAX_GRID_YZ):    # gridDim.y is at most 65535: more batches, more launches
         nb = min(MAX_GRID_YZ, batch - b0)
-        fk((tiles, nb, splits), a if b0 == 0 or not sa else a[b0:], b if b0 == 0 or not sb else b[b0:],
-           out if b0 == 0 else out[..., b0:, :, :], M, N, K, sa, a.stride(-2), a.stride(-1),
-           sb, b.stride(-2), b.stride(-1), so, out.stride(-2), out.stride(-1),
-           float(alpha), float(beta), K if k_per is None else k_per, scs)
+        fk((tiles, nb), a if b0 == 0 or not sa else a[b0:], b if b0 == 0 or not sb else b[b0:],
+           c if b0 == 0 else c[b0:], M, N, K, sa, a.stride(-2), a.stride(-1),
+           sb, b.stride(-2), b.stride(-1), sc, c.stride(-2), c.stride(-1), float(alpha), float(beta))
 
 
 BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True)
