@@ -19,7 +19,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ..._backend import emulating, numba_cuda
-from ...registry import KernelSpec, register
+from ... import tuning
+from ..._arrays import TiledmmError
+from ...registry import KernelSpec, register, shape_class
+from ...timing import time_calls
 
 SIMT_DTYPES = ("float32", "float64")
 LECTURE_TILES = (2, 4, 8, 16, 32)   # 2 and 4 for the slides' toy examples; 32*32 = 1024 threads is the block limit
@@ -104,6 +107,39 @@ def run_choice(choice: Choice, a, b, c) -> None:
                 cc.copy_(__import__("torch").from_numpy(args[2]))
         else:
             choice.kernel[grid, block, stream](*args)
+
+
+def tuned(kernel: str, a, b, out, opts, candidates: dict, parse: Callable, choice: Callable, chosen: dict):
+    """The configuration a tuned rung (10, 11) runs: ``config=`` if given; else, per dtype and shape
+    class, the fastest of ``candidates[dtype]`` timed on the caller's own operands (``tuning.choose``:
+    once per class, remembered on disk, key ``simt-<kernel>``); in emulation, with tuning off or while
+    a CUDA graph is captured, the first. ``parse(text, dtype)`` reads a configuration,
+    ``choice(config, a, b, out)`` makes its launch, ``chosen`` is the rung's memory per key."""
+    dtype = dtype_name(out)
+    if opts.get("config"):
+        try:
+            return parse(str(opts["config"]), dtype)
+        except ValueError as e:
+            raise TiledmmError(f"kernel {kernel!r}: {e}") from None
+    cands = candidates[dtype]
+    key = tuning.key_of("simt-" + kernel, dtype, shape_class(a.shape[0], b.shape[1], a.shape[1]))
+    if key in chosen:
+        return chosen[key]
+
+    def timer(cfg):
+        def run():
+            import torch
+            scratch = torch.empty_like(out)
+            ch = choice(cfg, a, b, scratch)
+            return time_calls(lambda: run_choice(ch, a, b, scratch), batches=3, warmup=2)
+        return run
+    capturing = False
+    if not emulating():
+        import torch
+        capturing = torch.cuda.is_current_stream_capturing()
+    name = tuning.choose(key, {c.name: timer(c) for c in cands}, cands[0].name, timeable=not capturing)
+    chosen[key] = parse(name, dtype)
+    return chosen[key]
 
 
 def register_simt(name: str, summary: str, make: Callable, *, order: int,

@@ -21,11 +21,7 @@ Rung 9's compiled inner loop is 64 FFMA in 85 instructions (75 %), 124 registers
 from __future__ import annotations
 
 from ... import tuning
-from ..._arrays import TiledmmError
-from ..._backend import emulating
-from ...registry import shape_class
-from ...timing import time_calls
-from ._launch import dtype_name, prepare_launch, register_simt, run_choice
+from ._launch import prepare_launch, register_simt, tuned
 from .k09_unsigned import Shape, make_shape, shape_config
 
 UNROLL = 4
@@ -66,30 +62,8 @@ def _choice(sh: Shape, a, b, out):
 
 
 def choose(a, b, out, opts) -> Shape:
-    """The shape to run: ``config=`` if given; else, per dtype and shape class, the fastest
-    candidate timed on the caller's own operands (``tuning.choose``: once per class, remembered
-    on disk); in emulation, or with tuning off, the first candidate."""
-    if opts.get("config"):
-        try:
-            return parse(str(opts["config"]))
-        except ValueError as e:
-            raise TiledmmError(f"kernel 'autotuned': {e}") from None
-    dtype = dtype_name(out)
-    cands = CANDIDATES[dtype]
-    key = tuning.key_of("simt-autotuned", dtype, shape_class(a.shape[0], b.shape[1], a.shape[1]))
-    if key in _chosen:
-        return _chosen[key]
-
-    def timer(sh):
-        def run():
-            scratch = torch_empty_like(out)
-            ch = _choice(sh, a, b, scratch)
-            return time_calls(lambda: run_choice(ch, a, b, scratch), batches=3, warmup=2)
-        return run
-    name = tuning.choose(key, {sh.name: timer(sh) for sh in cands}, cands[0].name,
-                         timeable=not emulating() and not capturing())
-    _chosen[key] = parse(name)
-    return _chosen[key]
+    """``config=`` if given, else the tuned candidate for this dtype and shape class (``_launch.tuned``)."""
+    return tuned("autotuned", a, b, out, opts, CANDIDATES, lambda text, dtype: parse(text), _choice, _chosen)
 
 
 _chosen: dict[str, Shape] = {}
@@ -98,18 +72,6 @@ tuning.on_mode_change(_chosen.clear)   # a model pick made with tuning off is ch
 
 def prepare(a, b, out, tile, opts):
     return _choice(choose(a, b, out, opts), a, b, out)
-
-
-def torch_empty_like(t):
-    import torch
-    return torch.empty_like(t)
-
-
-def capturing() -> bool:
-    if emulating():
-        return False
-    import torch
-    return torch.cuda.is_current_stream_capturing()
 
 
 SPEC = register_simt("autotuned", "rung 10: rung 9 unrolled by 4 and capped at 128 registers; block/warp/lane "

@@ -43,9 +43,7 @@ from numba import uint64
 from ... import tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating, numba_cuda
-from ...registry import shape_class
-from ...timing import time_calls
-from ._launch import Choice, dtype_name, numba_type, register_simt, run_choice
+from ._launch import Choice, dtype_name, numba_type, register_simt, tuned
 from ._tiles import block_config, index_type, store
 from .k09_unsigned import Shape
 
@@ -466,33 +464,8 @@ tuning.on_mode_change(_chosen.clear)   # a model pick made with tuning off is ch
 
 
 def choose(a, b, out, opts) -> Config:
-    """``config=`` if given; else, per dtype and shape class, the fastest candidate timed on the
-    caller's operands (``tuning.choose``, ``timing.time_calls``); in emulation the first."""
-    dtype = dtype_name(out)
-    if opts.get("config"):
-        try:
-            return parse(str(opts["config"]), dtype)
-        except ValueError as e:
-            raise TiledmmError(f"kernel 'async': {e}") from None
-    cands = CANDIDATES[dtype]
-    key = tuning.key_of("simt-async", dtype, shape_class(a.shape[0], b.shape[1], a.shape[1]))
-    if key in _chosen:
-        return _chosen[key]
-
-    def timer(cfg):
-        def run():
-            import torch
-            scratch = torch.empty_like(out)
-            ch = choice_for(cfg, a, b, scratch)
-            return time_calls(lambda: run_choice(ch, a, b, scratch), batches=3, warmup=2)
-        return run
-    capturing = False
-    if not emulating():
-        import torch
-        capturing = torch.cuda.is_current_stream_capturing()
-    name = tuning.choose(key, {c.name: timer(c) for c in cands}, cands[0].name, timeable=not capturing)
-    _chosen[key] = parse(name, dtype)
-    return _chosen[key]
+    """``config=`` if given, else the tuned candidate for this dtype and shape class (``_launch.tuned``)."""
+    return tuned("async", a, b, out, opts, CANDIDATES, parse, choice_for, _chosen)
 
 
 def prepare(a, b, out, tile, opts):
