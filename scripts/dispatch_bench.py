@@ -21,7 +21,7 @@ import torch
 
 import tiledmm
 import tiledmm.kernels.block.matmul as block_matmul
-from tiledmm.timing import time_calls, wall_us_per_call
+from tiledmm.timing import device_and_host, time_calls, wall_us_per_call
 
 DT = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 TOL = {"float32": 1e-5, "bfloat16": 2e-2}
@@ -36,12 +36,15 @@ def check(a, b, dtype):
     return err
 
 
-def first_call_seconds(n: int, dtype: str, cache: str) -> float:
+def first_call_seconds(n: int, dtype: str, cache: str, pycache: str | None = None) -> float:
     code = (f"import time, torch, tiledmm; a = torch.randn({n}, {n}, device='cuda', dtype=torch.{dtype}); "
             f"b = torch.randn({n}, {n}, device='cuda', dtype=torch.{dtype}); torch.cuda.synchronize(); "
             "t = time.perf_counter(); tiledmm.matmul(a, b); torch.cuda.synchronize(); "
             "print(time.perf_counter() - t)")
     env = dict(os.environ, TILEDMM_CACHE_DIR=cache, TILEDMM_QUIET="1")
+    if pycache:     # bytecode cached as a normal install has it (the device image writes none)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = pycache
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     if r.returncode:
         raise RuntimeError(r.stderr[-2000:])
@@ -137,17 +140,25 @@ def main() -> None:
                 for i in range(n_calls):
                     tiledmm.matmul(*sets[i % 4])
         t_graph = time_calls(g.replay) / n_calls
-        ratio_rows.append((f"{m}x{k}x{n}", dtype, t_torch * 1e3, t_tile * 1e3, t_torch / t_tile, t_graph * 1e3))
+        # the same queued calls with the GPU's and the host's share apart (timing.device_and_host)
+        split = [device_and_host([lambda x=x, y=y: f(x, y) for x, y in sets]) for f in (torch.matmul, tiledmm.matmul)]
+        ratio_rows.append((f"{m}x{k}x{n}", dtype, t_torch * 1e3, t_tile * 1e3, t_torch / t_tile, t_graph * 1e3,
+                           *(v * 1e3 for pair in split for v in pair)))
     print("chosen launches:", {k: v for k, v in block_matmul.plans().items()})
 
     # first call of a known shape class in a fresh process (tuning persisted by the first process)
     cache = tempfile.mkdtemp(prefix="tiledmm-cache-")
+    pycache = tempfile.mkdtemp(prefix="tiledmm-pycache-")
+    print("python writes bytecode:", not sys.flags.dont_write_bytecode,
+          "| PYTHONDONTWRITEBYTECODE =", os.environ.get("PYTHONDONTWRITEBYTECODE"))
     fresh = []
     for dtype in ("bfloat16", "float32"):
         t0 = time.perf_counter()
         cold = first_call_seconds(1536, dtype, cache)
         warm = first_call_seconds(1600, dtype, cache)     # same shape class, a new process
-        fresh.append((dtype, cold, warm, time.perf_counter() - t0))
+        first_call_seconds(1536, dtype, cache, pycache)   # writes the bytecode
+        warm_pyc = first_call_seconds(1600, dtype, cache, pycache)
+        fresh.append((dtype, cold, warm, warm_pyc, time.perf_counter() - t0))
 
     print("\n== where the first call of a fresh process goes (bf16, class tuned above)")
     print(first_call_profile(1600, "bfloat16", cache))
@@ -157,12 +168,14 @@ def main() -> None:
     for kind, dtype, n, tm, tt, err in rows:
         print(f"{kind:6} {dtype:9} {n:5d} {tm:12.1f} {tt:9.1f} {tt - tm:+7.1f} {err:9.1e}")
     print("\n== GPU time per call, queued batches (us)")
-    print(f"{'shape':16} {'dtype':9} {'torch':>8} {'tiledmm':>8} {'x cuBLAS':>8} {'tiledmm in a graph':>18}")
-    for s, dtype, a, b, r, gr in ratio_rows:
-        print(f"{s:16} {dtype:9} {a:8.1f} {b:8.1f} {r:8.2f} {gr:18.1f}")
-    print("\n== first call in a fresh process (s): tuning run, then a new process of the same class")
-    for dtype, cold, warm, _ in fresh:
-        print(f"{dtype:9} first process {cold:6.2f}   second process {warm:6.2f}")
+    print(f"{'shape':16} {'dtype':9} {'torch':>8} {'tiledmm':>8} {'x cuBLAS':>8} {'tiledmm in a graph':>18}"
+          f"   GPU/host apart: {'torch':>13} {'tiledmm':>13}")
+    for s, dtype, a, b, r, gr, tg, th, mg, mh in ratio_rows:
+        print(f"{s:16} {dtype:9} {a:8.1f} {b:8.1f} {r:8.2f} {gr:18.1f}   {'':16}{tg:6.1f}/{th:5.1f} {mg:6.1f}/{mh:5.1f}")
+    print("\n== first call in a fresh process (s): tuning run, then a new process of the same class;"
+          " last column: with Python's bytecode cached (as after a pip install)")
+    for dtype, cold, warm, warm_pyc, _ in fresh:
+        print(f"{dtype:9} first process {cold:6.2f}   second process {warm:6.2f}   with bytecode {warm_pyc:6.2f}")
 
 
 if __name__ == "__main__":

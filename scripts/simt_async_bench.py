@@ -207,13 +207,17 @@ NCU_METRICS = ",".join([
 
 
 def one(cfg: str, n: int) -> None:
-    """Two launches of one configuration (``rung10:SHAPE`` for rung 10), for ncu."""
+    """Two launches of one configuration (``rung10:SHAPE`` for rung 10, ``cublas`` for cuBLAS SGEMM
+    with TF32 off), for ncu."""
     import torch
 
     import tiledmm
+    torch.backends.cuda.matmul.allow_tf32 = False
     a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
     for _ in range(2):
-        if cfg.startswith("rung10:"):
+        if cfg == "cublas":
+            torch.matmul(a, b)
+        elif cfg.startswith("rung10:"):
             tiledmm.matmul(a, b, kernel="autotuned", config=cfg[7:])
         else:
             tiledmm.matmul(a, b, kernel="async", config=cfg)
@@ -221,13 +225,12 @@ def one(cfg: str, n: int) -> None:
 
 
 def ncu(n: int, cfgs) -> None:
-    """Nsight Compute on the second launch of each configuration: FMA pipe, issue slots, stalls.
-    (Written after the last device call of issue 12: not yet run.)"""
+    """Nsight Compute on the second launch of each configuration: FMA pipe, issue slots, stalls."""
     import csv
     import io
     for cfg in cfgs:
         r = subprocess.run(["ncu", "--clock-control", "none", "--csv", "--metrics", NCU_METRICS,
-                            "--kernel-name-base", "function", "--kernel-name", "regex:async_ring|unsigned",
+                            "--kernel-name-base", "function", "--kernel-name", "regex:async_ring|unsigned|gemm|Kernel",
                             "--launch-skip", "1", "--launch-count", "1",
                             sys.executable, os.path.abspath(__file__), "one", cfg, str(n)],
                            capture_output=True, text=True)

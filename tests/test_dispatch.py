@@ -98,6 +98,25 @@ def test_timing_returns_a_positive_median():
         time_calls([])
 
 
+@pytest.mark.gpu
+def test_device_and_host_keeps_a_slow_launch_path_out_of_the_gpu_time():
+    """A ~5 us kernel behind ~200 us of host work a call: time_calls sees the host (>= 150 us),
+    device_and_host sees the kernel apart from the host and the host apart from the kernel."""
+    import time
+    from tiledmm.timing import device_and_host, time_calls
+    x = torch.randn(1024, device="cuda")
+
+    def call():
+        t = time.perf_counter()
+        while time.perf_counter() - t < 200e-6:
+            pass
+        x.mul_(1.0)
+    queued = time_calls(call, batches=3)
+    gpu, host = device_and_host(call)
+    assert queued > 0.15 and host > 0.15, (queued, host)
+    assert gpu < 0.05, gpu
+
+
 # -- the short path's bound launches (GPU) ---------------------------------------------------------
 
 def _rel(x, ref) -> float:
@@ -172,6 +191,33 @@ def test_short_path_for_cupy_and_numba_is_right_and_on_the_callers_stream(varian
         assert _rel(torch.from_dlpack(y), (2 * i) * ref) < 1e-5, i
 
 
+@pytest.mark.gpu
+def test_numba_short_path_outputs_come_from_torchs_allocator_and_own_it(monkeypatch):
+    """The short path's numba outputs are torch tensors' memory (no cuMemAlloc/cuMemFree a call),
+    each array keeps its tensor alive; with another torch stream current, numba allocates."""
+    from numba import cuda
+    from tiledmm.kernels.block import configs as C, matmul as bm, variants as V
+    M, K, N = 130, 96, 200
+    cfg = C.heuristic(C.BLOCKED["ieee"], M, N, K, V.num_sms())
+    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(V.BLOCKED, p, cfg))
+    keep = []
+    for _ in range(6):
+        ta, tb = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+        keep.append((tiledmm.matmul(cuda.as_cuda_array(ta), cuda.as_cuda_array(tb)), ta.double() @ tb.double()))
+    assert all(isinstance(r.gpu_data._owner, torch.Tensor) for r, _ in keep[1:])      # after the first call
+    del ta, tb
+    junk = [torch.full((M, N), float("nan"), device="cuda") for _ in range(8)]     # reuse any freed block
+    for r, ref in keep:
+        assert _rel(torch.as_tensor(r, device="cuda"), ref) < 1e-5
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        ta, tb = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
+        r = tiledmm.matmul(cuda.as_cuda_array(ta), cuda.as_cuda_array(tb))
+    torch.cuda.synchronize()
+    assert not isinstance(r.gpu_data._owner, torch.Tensor) and junk
+    assert _rel(torch.as_tensor(r, device="cuda"), ta.double() @ tb.double()) < 1e-5
+
+
 def test_changing_the_tuning_mode_drops_choices_made_under_the_old_one():
     from tiledmm import api
     from tiledmm.kernels.block import matmul as bm
@@ -234,3 +280,60 @@ def test_replay_binds_one_plain_launch_and_nothing_else():
         fk((3, 2), x, y, other, 17, alpha)                    # writes somewhere else: not bound
     workspace.replayable = True
     assert fastlaunch.replay(workspace, a, b, c, alpha=2.0) is None
+
+
+def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing():
+    """Where Triton's Python launcher has the known body (scratch buffers, then one C ``launch``) and
+    the kernel needs no scratch memory, the bound launch calls the C function itself with what the
+    Python launcher would pass; a kernel that needs scratch memory, or a launcher of another body,
+    goes through the Python launcher."""
+    from tiledmm.kernels.block import fastlaunch
+
+    def kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
+        pass
+
+    class JIT:
+        fn = kernel
+
+    calls = []
+
+    class Launcher:                       # the shape of Triton 3.6's CudaLauncher
+        launch_cooperative_grid, launch_pdl = False, True
+
+        def __init__(self, scratch):
+            self.global_scratch_size, self.profile_scratch_size = scratch, 0
+            self.launch = lambda *args: calls.append(("C",) + args)
+
+        def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+            global_scratch = bytearray(self.global_scratch_size) or None
+            profile_scratch = None
+            calls.append(("python",))
+            self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
+                        global_scratch, profile_scratch, *args)
+
+    class Other(Launcher):                # another body: never bypassed
+        def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+            calls.append(("python",))
+            self.launch(gridX, gridY, gridZ, stream, function, *args)
+
+    a, b, c = (torch.empty(4) for _ in range(3))
+    for cls, scratch, direct in ((Launcher, 0, True), (Launcher, 64, False), (Other, 0, False)):
+        class Compiled:
+            function, packed_metadata = "fn", "meta"
+            run = cls(scratch)
+
+        fk = fastlaunch.FastKernel(JIT, {"BLOCK": 64}, 4, 3)
+        fk.direct = True
+        fk._slow = lambda grid, args: Compiled()
+
+        def variant(x, y, z, *, alpha):
+            fk((3, 2), x, y, z, 17, alpha)
+        variant.replayable = True
+        go = fastlaunch.replay(variant, a, b, c, alpha=2.0)
+        calls.clear()
+        go(99, 111, 222, 333)
+        assert (calls[0] == ("python",)) is not direct, (cls, scratch)
+        assert calls[-1][:6] == ("C", 3, 2, 1, 99, "fn") and calls[-1][-6:] == (111, 222, 333, 17, 64, 2.0)
+        if direct:
+            assert calls == [("C", 3, 2, 1, 99, "fn", False, True, None, None, "meta", None, None, None,
+                              111, 222, 333, 17, 64, 2.0)]

@@ -267,3 +267,36 @@ def test_numba_outs_with_zero_and_negative_strides():
     buf = cuda.to_device(np.full((4, 5), np.nan, np.float32))
     tiledmm.matmul(a, b, out=buf[:, ::-1])                                          # strides (20, -4)
     np.testing.assert_allclose(buf.copy_to_host()[:, ::-1], ah @ bh, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["numba", "cupy"])
+def test_conversion_copies_run_on_the_callers_stream(kind):
+    """Fuzz cases 3023/7219 (GPU, seed 0): a numba out with a negative batch stride, beta != 0 and
+    ``stream=`` a torch stream came out wrong -- the flipped copies of the operands and of C, and
+    the copy back into the out, ran on the default stream while the kernel ran on the given
+    (non-blocking) stream. With the default stream held busy the kernel would read C's copy before
+    it exists; every step of the call must be on the caller's stream."""
+    import torch
+    import tiledmm
+    if kind == "cupy":
+        cupy = pytest.importorskip("cupy")
+        to_device, to_host = cupy.asarray, cupy.asnumpy
+    else:
+        cuda = _numba_gpu()
+        to_device, to_host = cuda.to_device, lambda x: x.copy_to_host()
+    rng = np.random.default_rng(7219)
+    ah = rng.standard_normal((2, 64, 131)).astype(np.float32)
+    bh = rng.standard_normal((2, 131, 345)).astype(np.float32)
+    ch = rng.standard_normal((2, 64, 120)).astype(np.float32)
+    a, b = to_device(ah)[::-1], to_device(bh)[:, :, ::-3]
+    cbuf = to_device(ch)
+    out = cbuf[::-1, :, 2:117]
+    ref = 2 * (ah[::-1].astype(np.float64) @ bh[:, :, ::-3].astype(np.float64)) - 1.5 * ch[::-1, :, 2:117]
+    s = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)            # ~0.1 s of work queued on the default stream
+    tiledmm.matmul(a, b, out=out, alpha=2, beta=-1.5, stream=s)
+    torch.cuda.synchronize()
+    got = to_host(cbuf)[::-1, :, 2:117]
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < 1e-5

@@ -99,9 +99,16 @@ def to_torch(x: Any, kind: str):
     if kind == "cupy":
         if _negative(x.strides):
             import cupy
-            x = cupy.ascontiguousarray(x) if x.size else cupy.empty(x.shape, x.dtype)
+            with _cupy_stream(torch):
+                x = cupy.ascontiguousarray(x) if x.size else cupy.empty(x.shape, x.dtype)
         return torch.from_dlpack(x)
     return _device_view(x, torch)
+
+
+def _cupy_stream(torch):
+    """CuPy's work inside a call on torch's current stream (the caller's stream for the call)."""
+    import cupy
+    return cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
 
 
 class _Interface:
@@ -152,7 +159,9 @@ def write_back(x: Any, kind: str, t) -> None:
         x[...] = t.cpu().numpy()
     elif kind == "cupy":
         import cupy
-        x[...] = cupy.from_dlpack(t.contiguous())
+        import torch
+        with _cupy_stream(torch):
+            x[...] = cupy.from_dlpack(t.contiguous())
     else:   # numba (simulated or negative strides)
         if _simulated(x):               # the simulator's array wraps a numpy array: assign through it
             x[...] = t.cpu().numpy()

@@ -223,38 +223,36 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
                 "the kernel runs in a simulator (a Python thread per CUDA thread for the SIMT kernels). "
                 "Use smaller matrices, a GPU, or raise TILEDMM_EMULATION_LIMIT if you will wait.")
 
-    ta, tb = to_torch(a, kind), to_torch(b, kind)
-    host = on_host(a, kind)
     import torch
-    if out is not None:
-        target, exact = writable_view(out, out_kind)
-        if _internal_overlap(target):
-            raise TiledmmError(f"out has overlapping elements (a zero or overlapping stride: strides "
-                               f"{tuple(target.stride())}); pass an array with one element per position")
-    else:
-        target, exact = torch.empty(res_shape, dtype=ta.dtype, device=ta.device), True
-    if target.numel() and K == 0:
-        epilogue.fill_scaled(target, beta)
-    elif target.numel():
-        device = torch.device("cpu") if _backend.emulating() else (
-            torch.device("cuda", torch.cuda.current_device()) if host else ta.device)
-        ctx = nullcontext() if device.type == "cpu" else _stream_context(kind, stream, device)
-        dev_ctx = nullcontext() if device.type == "cpu" else torch.cuda.device(device)
-        with dev_ctx, ctx:
-            if host and max_device_bytes is not None or (host and device.type == "cuda" and _too_big(ta, tb, target)):
+    host = on_host(a, kind)
+    # every device step of the call -- conversion copies, the output, the kernels, the copy back into
+    # an out the kernels could not write directly -- runs on the caller's stream
+    device = torch.device("cpu") if _backend.emulating() else (
+        torch.device("cuda", torch.cuda.current_device()) if host else torch.device(dev_a))
+    on_gpu = device.type == "cuda"
+    with torch.cuda.device(device) if on_gpu else nullcontext(), \
+            _stream_context(kind, stream, device) if on_gpu else nullcontext():
+        ta, tb = to_torch(a, kind), to_torch(b, kind)
+        if out is not None:
+            target, exact = writable_view(out, out_kind)
+            if _internal_overlap(target):
+                raise TiledmmError(f"out has overlapping elements (a zero or overlapping stride: strides "
+                                   f"{tuple(target.stride())}); pass an array with one element per position")
+        else:
+            target, exact = torch.empty(res_shape, dtype=ta.dtype, device=ta.device), True
+        if target.numel() and K == 0:
+            epilogue.fill_scaled(target, beta)
+        elif target.numel():
+            if host and max_device_bytes is not None or (host and on_gpu and _too_big(ta, tb, target)):
                 _out_of_core(spec, tile, opts, ta, tb, target, alpha, beta, max_device_bytes, batch)
             else:
                 _compute(spec, tile, opts, ta.to(device), tb.to(device), target, alpha, beta, batch, (M, K, N),
                          res_shape)
-    if out is not None:
-        if not exact:
+        if out is not None and not exact:
             write_back(out, out_kind, target)
-        if not host:
-            _remember_fast(spec, kind, kernel, precision, a, b)
-        return out
     if not host:
         _remember_fast(spec, kind, kernel, precision, a, b)
-    return from_torch(target, kind, a)
+    return out if out is not None else from_torch(target, kind, a)
 
 
 def _compute(spec: KernelSpec, tile, opts, A, B, target, alpha: float, beta: float, batch: tuple,
@@ -434,10 +432,8 @@ class _PointerPlan:
             device = cupy.cuda.runtime.getDevice
             self.on_device = lambda x, y: x.data.device_id == y.data.device_id == device() == self.index
         else:
-            from ._backend import numba_cuda
-            cuda = numba_cuda()
-            self.empty = cuda.device_array
-            self.ptr = lambda x: x.device_ctypes_pointer.value
+            self.empty = _numba_empty(torch, self.index, a.dtype)
+            self.ptr = lambda x: x.gpu_data.device_pointer_value or 0
             self.stream = lambda: 0
             current = torch._C._cuda_getDevice
             self.on_device = lambda x, y: current() == self.index
@@ -488,6 +484,32 @@ class _PointerPlan:
         with torch.cuda.device(device), _stream_context(self.kind, None, device):
             go = _bind(A, B, C, self.precision, alpha, beta)[0]
         return True, go
+
+
+def _numba_empty(torch, index: int, dtype):
+    """numba's ``device_array`` for the short path's outputs, but from torch's caching allocator:
+    numba's own allocates with ``cuMemAlloc`` on every call and frees in batches with
+    ``cuMemFree``, which waits for the whole device. The array owns the tensor it views."""
+    from ._backend import numba_cuda
+    numba_cuda()
+    from numba.cuda.cudadrv import devicearray, devices, driver   # (numba_cuda() has imported numba)
+    context = devices.get_context(index)
+    tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
+    device = torch.device("cuda", index)
+    size = dtype.itemsize
+    pointer, Memory, Array = driver.binding.CUdeviceptr, driver.MemoryPointer, devicearray.DeviceNDArray
+    raw_stream, numba_empty = torch._C._cuda_getCurrentRawStream, numba_cuda().device_array
+
+    def empty(shape, dtype=None):
+        if raw_stream(index):           # torch's blocks belong to its current stream: the kernels run on
+            return numba_empty(shape, dtype=dtype)     # the default stream, so only then are they safe
+        t = torch.empty(shape, dtype=tdtype, device=device)
+        strides, step = [], size
+        for n in reversed(shape):
+            strides.append(step)
+            step *= n
+        return Array(shape, strides[::-1], dtype, gpu_data=Memory(context, pointer(t.data_ptr()), step, owner=t))
+    return empty
 
 
 def _span_overlap(x, px: int, y, py: int) -> bool:

@@ -11,6 +11,10 @@ the benchmark and the scripts behind docs/performance.md all call ``time_calls``
   set), so a small problem is not timed from a warm L2;
 * the median over several batches.
 
+``device_and_host`` is the same measurement with the GPU's and the host's share apart (each
+batch queued behind a GPU sleep): the Triton dispatcher chooses with it, since for a small
+problem the queued time is the launch path's, alike for every candidate.
+
 Nothing here imports the checking harness: kernels and tuners may use it freely.
 In emulation (no GPU) the host clock stands in; such times say nothing about a GPU.
 """
@@ -66,6 +70,46 @@ def _batch(calls: list, n: int, offset: int) -> float:
     return start.elapsed_time(end)
 
 
+def device_and_host(calls: Sequence[Call] | Call, *, batches: int = 3, warmup: int = 1, batch_ms: float = 5.0,
+                    max_per_batch: int = 500) -> tuple[float, float]:
+    """(GPU ms per call, host ms per call), apart: the same queued batches between a pair of
+    events, but each batch queued behind a GPU sleep long enough for the host to enqueue all
+    of it, so the events see the GPU's work back to back however slow the launches; the host's
+    enqueue time per call is read from the host clock meanwhile (the least over batches: host
+    noise only adds). For choosing between kernels of small problems, where ``time_calls``
+    sees only the launch path (the same for every candidate) and the choice would be noise."""
+    calls = [calls] if callable(calls) else list(calls)
+    if not calls:
+        raise ValueError("device_and_host needs at least one callable")
+    if _backend.emulating():
+        t = _host_time(calls, max(batches, 1))
+        return t, t
+    import torch
+    for i in range(max(warmup, 1)):
+        calls[i % len(calls)]()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(3):
+        calls[i % len(calls)]()
+    host_est = (time.perf_counter() - t0) / 3
+    est = _batch(calls, 3, 0) / 3
+    n = int(min(max_per_batch, max(3, math.ceil(batch_ms / max(est, 1e-4)))))
+    device, host = [], []
+    for b in range(max(batches, 1)):
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(2e9 * (1.5 * n * host_est + 50e-6)))    # >= that long at <= 2 GHz
+        start, end = _cuda_timer()
+        start.record()
+        t0 = time.perf_counter()
+        for i in range(n):
+            calls[(b * n + i) % len(calls)]()
+        host.append((time.perf_counter() - t0) * 1e3 / n)
+        end.record()
+        end.synchronize()
+        device.append(start.elapsed_time(end) / n)
+    return statistics.median(device), min(host)
+
+
 def _host_time(calls: list, repeats: int) -> float:
     times = []
     for i in range(repeats):
@@ -100,4 +144,4 @@ def _sync() -> Callable[[], None]:
     return torch.cuda.synchronize
 
 
-__all__ = ["time_calls", "wall_us_per_call"]
+__all__ = ["time_calls", "device_and_host", "wall_us_per_call"]

@@ -1,2 +1,6 @@
 """Block kernels in Triton: the fast path."""
-from . import matmul  # noqa: F401
+from . import tritonkey
+
+tritonkey.install()
+
+from . import matmul  # noqa: E402,F401
