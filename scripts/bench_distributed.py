@@ -49,7 +49,7 @@ def main():
     ap.add_argument("--summa", type=int, default=None, help="SUMMA size S (S^3)")
     ap.add_argument("--per-rank", type=int, default=None, help="per-rank m = k = n for the TP patterns")
     ap.add_argument("--gemm", default="tiledmm", help="local GEMM for SUMMA: tiledmm, torch or a kernel name")
-    ap.add_argument("--skip", action="append", default=[], help="summa, allgather, reducescatter")
+    ap.add_argument("--skip", action="append", default=[], help="summa, summa-torch (SUMMA's torch-GEMM comparison), allgather, reducescatter")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     local = int(os.environ.get("LOCAL_RANK", 0))
@@ -67,7 +67,7 @@ def main():
     cases = []
     if "summa" not in args.skip:
         cases.append(dict(algo="summa", shape=(S, S, S), dtype="bfloat16", gemm=args.gemm, target=1.95 if w == 2 else 0.9 * w))
-        if args.gemm != "torch":
+        if args.gemm != "torch" and "summa-torch" not in args.skip:
             cases.append(dict(algo="summa", shape=(S, S, S), dtype="bfloat16", gemm="torch", target=None))
     if "allgather" not in args.skip:
         for g in ("torch", "tiledmm"):
@@ -95,6 +95,8 @@ def main():
             f"comm {r['comm_ms'] or 0:.2f} ms, span {r['span_ms'] or 0:.2f} ms, comm hidden "
             f"{'-' if r['overlap'] is None else format(r['overlap'], '.0%')}  [{time.perf_counter() - t0:.0f} s]")
     if rank == 0:
+        import tiledmm.kernels.block.matmul as block_matmul
+        say("local GEMM launches chosen:", block_matmul.plans())
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "bench_distributed.json"), "w") as f:
             json.dump({"environment": env, "results": results}, f, indent=1)

@@ -79,3 +79,24 @@ def test_forced_env_in_every_rank(monkeypatch):
     cli_dist.force_env()
     assert os.environ["NCCL_NVLS_ENABLE"] == "0"
     assert os.environ["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1" and os.environ["NVSHMEM_DISABLE_NVLS"] == "1"
+
+
+def test_local_gemm_names_take_kernel_options():
+    """``--gemm KERNEL:key=value,...`` (e.g. ``triton:variant=blocked``) forwards the options."""
+    import torch
+    from tiledmm.cli_dist import _gemm_for
+    a, b = torch.randn(24, 16), torch.randn(16, 20)
+    c = torch.full((24, 20), float("nan"))
+    _gemm_for("triton:variant=blocked")(a, b, c, 1.0, 0.0)
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(Exception, match="variant"):
+        _gemm_for("triton:variant=no-such-variant")(a, b, c, 1.0, 0.0)
+
+
+def test_sm_margin_is_read_from_the_environment(monkeypatch):
+    from tiledmm.kernels.block import _vcommon
+    for value, want in (("8", 8), ("", 0), ("x", 0), ("-3", 0)):
+        monkeypatch.setenv("TILEDMM_SM_MARGIN", value)
+        _vcommon._sm_margin.cache_clear()
+        assert _vcommon._sm_margin() == want
+    _vcommon._sm_margin.cache_clear()

@@ -79,7 +79,9 @@ def _gemm_for(name: str):
         return torch_gemm
     if name == "tiledmm":
         return tiledmm_gemm()
-    return tiledmm_gemm(name)          # a kernel name
+    kernel, _, opts = name.partition(":")  # a kernel name, options after a colon: "triton:variant=tma"
+    options = dict(kv.split("=", 1) for kv in opts.split(",") if "=" in kv)
+    return tiledmm_gemm(kernel, **options)
 
 
 def run_case(algo: str, shape, dtype: str = "float32", gemm: str = "tiledmm", chunks: int = 2,

@@ -6,6 +6,7 @@ dispatcher in kernels/block plugs them in. Nothing here launches a kernel.
 from __future__ import annotations
 
 import functools
+import os
 
 from .fastlaunch import Launcher, current_stream  # noqa: F401  (one home for launches and the raw stream)
 
@@ -28,10 +29,22 @@ def tl_precision(precision: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def num_sms() -> int:
+    """SMs the kernels plan for (persistent grids, the wave model): the device's, less
+    ``TILEDMM_SM_MARGIN`` -- SMs left to kernels that run beside tiledmm's (NCCL's, when
+    tiledmm.distributed overlaps communication with the local products)."""
     if emulating():
         return 4   # the interpreter stands in for a small GPU
     import torch
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    return max(1, sms - _sm_margin())
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_margin() -> int:
+    try:
+        return max(0, int(os.environ.get("TILEDMM_SM_MARGIN", "0")))
+    except ValueError:
+        return 0
 
 
 @functools.lru_cache(maxsize=None)
