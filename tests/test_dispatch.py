@@ -282,11 +282,11 @@ def test_replay_binds_one_plain_launch_and_nothing_else():
     assert fastlaunch.replay(workspace, a, b, c, alpha=2.0) is None
 
 
-def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing():
-    """Where Triton's Python launcher has the known body (scratch buffers, then one C ``launch``) and
-    the kernel needs no scratch memory, the bound launch calls the C function itself with what the
-    Python launcher would pass; a kernel that needs scratch memory, or a launcher of another body,
-    goes through the Python launcher."""
+def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing(monkeypatch):
+    """Where Triton's Python launcher has the known body (scratch buffers, then one C ``launch``), the
+    bound launch calls the C function itself with what the Python launcher would pass -- for a kernel
+    with global scratch, one buffer kept for the stream it was bound on (other streams: the Python
+    launcher); a launcher of another body always goes through the Python launcher."""
     from tiledmm.kernels.block import fastlaunch
 
     def kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
@@ -299,6 +299,7 @@ def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing():
 
     class Launcher:                       # the shape of Triton 3.6's CudaLauncher
         launch_cooperative_grid, launch_pdl = False, True
+        num_ctas, global_scratch_align = 1, 128
 
         def __init__(self, scratch):
             self.global_scratch_size, self.profile_scratch_size = scratch, 0
@@ -317,7 +318,9 @@ def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing():
             self.launch(gridX, gridY, gridZ, stream, function, *args)
 
     a, b, c = (torch.empty(4) for _ in range(3))
-    for cls, scratch, direct in ((Launcher, 0, True), (Launcher, 64, False), (Other, 0, False)):
+    monkeypatch.setattr(fastlaunch, "current_stream", lambda: 99)             # the stream bound on
+    monkeypatch.setattr(fastlaunch, "_scratch", lambda n: f"scratch of {n} B")
+    for cls, scratch, direct in ((Launcher, 0, True), (Launcher, 64, True), (Other, 0, False)):
         class Compiled:
             function, packed_metadata = "fn", "meta"
             run = cls(scratch)
@@ -335,5 +338,9 @@ def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing():
         assert (calls[0] == ("python",)) is not direct, (cls, scratch)
         assert calls[-1][:6] == ("C", 3, 2, 1, 99, "fn") and calls[-1][-6:] == (111, 222, 333, 17, 64, 2.0)
         if direct:
-            assert calls == [("C", 3, 2, 1, 99, "fn", False, True, None, None, "meta", None, None, None,
+            buffer = "scratch of 384 B" if scratch else None          # 3 x 2 programs x 64 B
+            assert calls == [("C", 3, 2, 1, 99, "fn", False, True, buffer, None, "meta", None, None, None,
                               111, 222, 333, 17, 64, 2.0)]
+        calls.clear()
+        go(98, 111, 222, 333)                   # another stream: a kernel with scratch takes the Python launcher
+        assert (calls[0] == ("python",)) is not (direct and not scratch), (cls, scratch)

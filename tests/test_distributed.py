@@ -74,6 +74,19 @@ def test_cli_dist_command():
     assert bad.returncode == 2 and "cannon" in bad.stdout + bad.stderr
 
 
+@pytest.mark.parametrize("gemm, word", [("nosuch", "nosuch"), ("triton:colour=red", "colour"),
+                                        ("triton:variant", "variant")])
+def test_cli_dist_refuses_a_bad_gemm_before_starting_ranks(gemm, word):
+    from tiledmm import TiledmmError
+    with pytest.raises(TiledmmError, match=word):
+        cli_dist._check_gemm(gemm)
+
+
+def test_cli_dist_gemm_check_takes_good_names():
+    for gemm in ("tiledmm", "torch", "triton", "triton:variant=blocked", "triton:variant=tma,precision=tf32"):
+        cli_dist._check_gemm(gemm)
+
+
 def test_forced_env_in_every_rank(monkeypatch):
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")             # a default would not override this
     cli_dist.force_env()

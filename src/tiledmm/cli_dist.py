@@ -84,6 +84,24 @@ def _gemm_for(name: str):
     return tiledmm_gemm(kernel, **options)
 
 
+def _check_gemm(name: str) -> None:
+    """--gemm: tiledmm, torch, or KERNEL[:key=value,...] with a registered kernel and its options."""
+    from . import registry
+    from ._arrays import TiledmmError
+    if name in ("tiledmm", "torch"):
+        return
+    kernel, _, opts = name.partition(":")
+    if kernel not in registry.names():
+        raise TiledmmError(f"--gemm {name!r}: tiledmm, torch, or a kernel name ({', '.join(registry.names())}) "
+                           "with options after a colon (triton:variant=blocked)")
+    spec = registry.get(kernel)
+    for kv in filter(None, opts.split(",")):
+        key = kv.split("=", 1)[0]
+        if "=" not in kv or key not in spec.options:
+            raise TiledmmError(f"--gemm {name!r}: {kv!r} is not key=value with a key kernel {kernel!r} takes "
+                               f"({', '.join(spec.options) or 'none'})")
+
+
 def run_case(algo: str, shape, dtype: str = "float32", gemm: str = "tiledmm", chunks: int = 2,
              panel: Optional[int] = None, depth: int = 2, time_it: bool = False, baseline: bool = False,
              seed: int = 0, sample_rows: Optional[int] = None, timeline: bool = False) -> dict:
@@ -213,7 +231,7 @@ def dist_cmd(nproc: int = typer.Option(2, "--nproc", "-n", help="Ranks to start 
                                              help="Repeatable. C (JxL) = A (JxK) @ B (KxL), the whole product."),
              dtype: str = typer.Option("float32", help="float32, float64, bfloat16 or float16."),
              algo: List[str] = typer.Option(["summa"], "--algo", "-a", help="summa, allgather or reducescatter; repeatable."),
-             gemm: str = typer.Option("tiledmm", help="Local GEMM: tiledmm (default kernel), torch, or a kernel name."),
+             gemm: str = typer.Option("tiledmm", help="Local GEMM: tiledmm (default kernel), torch, or a kernel name with options after a colon (triton:variant=blocked)."),
              chunks: int = typer.Option(2, help="Row chunks for allgather / reducescatter."),
              panel: Optional[int] = typer.Option(None, help="SUMMA K-panel width (default: the block's K range)."),
              backend: Optional[str] = typer.Option(None, help="nccl or gloo (default: nccl with enough GPUs)."),
@@ -228,6 +246,7 @@ def dist_cmd(nproc: int = typer.Option(2, "--nproc", "-n", help="Ranks to start 
             raise TiledmmError(f"--algo {a!r}: choose from {', '.join(ALGOS)}")
     if dtype not in TOL:
         raise TiledmmError(f"--dtype {dtype!r}: choose from {', '.join(TOL)}")
+    _check_gemm(gemm)
     be = backend or default_backend(nproc)
     if be == "nccl":
         import torch

@@ -134,21 +134,18 @@ def check_and_time(kernel: str, shape: tuple, dtype: str = "float32", *, tile: i
         # the baseline is timed as its users call it -- torch.matmul itself, not through tiledmm's
         # dispatcher (whose full path would add its own host cost to cuBLAS's)
         direct = spec.family == "library" and not _backend.emulating()
+        if direct:
+            import torch
         calls = []
         for r in range(max(rotate, 1)):
             ar, br = (a, b) if r == 0 else random_inputs(sa, sb, dtype, seed=seed + 1000 + r)
             o = poisoned_like(ar, (*batch, m, n))
-            calls.append(functools.partial(_torch_matmul(), ar, br, out=o) if direct else
+            calls.append(functools.partial(torch.matmul, ar, br, out=o) if direct else
                          functools.partial(matmul, ar, br, kernel=kernel, tile=tile, out=o, **opts))
         with _cublas_mode(opts.get("precision") if direct else None):
             res.ms = time_calls(calls, batches=max(repeats, 1), warmup=warmup)
         res.tflops = flops(shape) / (res.ms * 1e-3) / 1e12
     return res
-
-
-def _torch_matmul():
-    import torch
-    return torch.matmul
 
 
 def _cublas_mode(precision: str | None):

@@ -150,10 +150,23 @@ def replay(fn, a, b, c, **kw):
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
     direct = c_launch(ck)
     if direct is not None:
-        launch, coop, pdl = direct
+        launch, coop, pdl, scratch_bytes = direct
+        if not scratch_bytes:
+            def go(stream: int, pa: int, pb: int, pc: int) -> None:
+                launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, pa, pb, pc,
+                       *rest)
+            return go
+        # a kernel with global scratch (device-side TMA descriptors): Triton's launcher allocates it on
+        # every call; here one buffer serves the stream the signature was bound on (launches on one
+        # stream run in order, so they can share it) and any other stream takes Triton's path
+        home, scratch = current_stream(), _scratch(g0 * g1 * g2 * scratch_bytes)
 
         def go(stream: int, pa: int, pb: int, pc: int) -> None:
-            launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, pa, pb, pc, *rest)
+            if stream == home:
+                launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, packed, None, None, None, pa, pb, pc,
+                       *rest)
+            else:
+                run(g0, g1, g2, stream, function, packed, None, None, None, pa, pb, pc, *rest)
         return go
 
     def go(stream: int, pa: int, pb: int, pc: int) -> None:
@@ -161,17 +174,23 @@ def replay(fn, a, b, c, **kw):
     return go
 
 
-# The body of Triton's Python launcher (``CudaLauncher.__call__``, Triton 3.6) ends in this call; when
-# the kernel needs no scratch memory everything before it is None, so the bound launch can call the
-# compiled C ``launch`` itself (~3 us a call less). Any other launcher body: Triton's own call.
+# The body of Triton's Python launcher (``CudaLauncher.__call__``, Triton 3.6) allocates the scratch
+# buffers (None where the kernel needs none) and ends in this call, so the bound launch can call the
+# compiled C ``launch`` itself (~3 us a call less, and no allocation). Any other body: Triton's call.
 _KNOWN_TAIL = ("self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, "
                "self.launch_pdl, global_scratch, profile_scratch, *args)")
 _known: dict[type, bool] = {}
 
 
+def _scratch(nbytes: int):
+    """Global scratch memory as tiledmm's Triton allocator gives it (``_vcommon``)."""
+    import torch
+    return torch.empty(nbytes, device="cuda", dtype=torch.int8)
+
+
 def c_launch(ck):
-    """(C launch, cooperative flag, PDL flag) of a CompiledKernel whose Python launcher is the one
-    described above and would pass no scratch buffers; else None."""
+    """(C launch, cooperative flag, PDL flag, global scratch bytes per program) of a CompiledKernel
+    whose Python launcher is the one described above and needs no profiling scratch; else None."""
     run = ck.run
     cls = type(run)
     known = _known.get(cls)
@@ -182,10 +201,13 @@ def c_launch(ck):
             lines = []
         body = " ".join(" ".join(lines).split())
         known = _known[cls] = body.endswith(_KNOWN_TAIL) and body.count("self.launch(") == 1
-    if not known or getattr(run, "global_scratch_size", 1) or getattr(run, "profile_scratch_size", 1):
+    if not known or getattr(run, "profile_scratch_size", 1):
         return None
     try:
-        return run.launch, run.launch_cooperative_grid, run.launch_pdl
+        scratch = run.global_scratch_size * getattr(run, "num_ctas", 1)
+        if scratch and run.global_scratch_align > 256:      # torch's blocks are 512-byte aligned
+            return None
+        return run.launch, run.launch_cooperative_grid, run.launch_pdl, scratch
     except AttributeError:
         return None
 
