@@ -285,8 +285,9 @@ def test_replay_binds_one_plain_launch_and_nothing_else():
 def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing(monkeypatch):
     """Where Triton's Python launcher has the known body (scratch buffers, then one C ``launch``), the
     bound launch calls the C function itself with what the Python launcher would pass -- for a kernel
-    with global scratch, one buffer kept for the stream it was bound on (other streams: the Python
-    launcher); a launcher of another body always goes through the Python launcher."""
+    with global scratch, one buffer kept for the stream it was bound on (other streams, and launches
+    that may overlap their predecessor (PDL): the Python launcher); a launcher of another body always
+    goes through the Python launcher."""
     from tiledmm.kernels.block import fastlaunch
 
     def kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
@@ -320,10 +321,13 @@ def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing(monkeyp
     a, b, c = (torch.empty(4) for _ in range(3))
     monkeypatch.setattr(fastlaunch, "current_stream", lambda: 99)             # the stream bound on
     monkeypatch.setattr(fastlaunch, "_scratch", lambda n: f"scratch of {n} B")
-    for cls, scratch, direct in ((Launcher, 0, True), (Launcher, 64, True), (Other, 0, False)):
+    cases = ((Launcher, 0, True, True), (Launcher, 64, False, True), (Launcher, 64, True, False),
+             (Other, 0, False, False))       # (launcher, scratch bytes, programmatic dependent launch, direct)
+    for cls, scratch, pdl, direct in cases:
         class Compiled:
             function, packed_metadata = "fn", "meta"
             run = cls(scratch)
+        Compiled.run.launch_pdl = pdl
 
         fk = fastlaunch.FastKernel(JIT, {"BLOCK": 64}, 4, 3)
         fk.direct = True
@@ -339,7 +343,7 @@ def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing(monkeyp
         assert calls[-1][:6] == ("C", 3, 2, 1, 99, "fn") and calls[-1][-6:] == (111, 222, 333, 17, 64, 2.0)
         if direct:
             buffer = "scratch of 384 B" if scratch else None          # 3 x 2 programs x 64 B
-            assert calls == [("C", 3, 2, 1, 99, "fn", False, True, buffer, None, "meta", None, None, None,
+            assert calls == [("C", 3, 2, 1, 99, "fn", False, pdl, buffer, None, "meta", None, None, None,
                               111, 222, 333, 17, 64, 2.0)]
         calls.clear()
         go(98, 111, 222, 333)                   # another stream: a kernel with scratch takes the Python launcher

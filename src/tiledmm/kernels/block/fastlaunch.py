@@ -149,22 +149,24 @@ def replay(fn, a, b, c, **kw):
     run, function, packed = ck.run, ck.function, ck.packed_metadata
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
     direct = c_launch(ck)
-    if direct is not None:
-        launch, coop, pdl, scratch_bytes = direct
-        if not scratch_bytes:
-            def go(stream: int, pa: int, pb: int, pc: int) -> None:
-                launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, pa, pb, pc,
-                       *rest)
-            return go
+    if direct is not None and not direct[3]:
+        launch, coop, pdl, _ = direct
+
+        def go(stream: int, pa: int, pb: int, pc: int) -> None:
+            launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, pa, pb, pc, *rest)
+        return go
+    if direct is not None and not direct[2]:
         # a kernel with global scratch (device-side TMA descriptors): Triton's launcher allocates it on
         # every call; here one buffer serves the stream the signature was bound on (launches on one
-        # stream run in order, so they can share it) and any other stream takes Triton's path
-        home, scratch = current_stream(), _scratch(g0 * g1 * g2 * scratch_bytes)
+        # stream run one after another -- not with programmatic dependent launch, hence not direct[2] --
+        # so they can share it) and any other stream takes Triton's path
+        launch, coop, pdl, nbytes = direct
+        home, scratch = current_stream(), _scratch(g0 * g1 * g2 * nbytes)
 
         def go(stream: int, pa: int, pb: int, pc: int) -> None:
             if stream == home:
-                launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, packed, None, None, None, pa, pb, pc,
-                       *rest)
+                launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, packed, None, None, None,
+                       pa, pb, pc, *rest)
             else:
                 run(g0, g1, g2, stream, function, packed, None, None, None, pa, pb, pc, *rest)
         return go
