@@ -1007,20 +1007,12 @@ class Summary:
                 "stopped": self.stopped}
 
 
-def _cuda_alive() -> bool:
-    try:
-        import torch
-        torch.cuda.synchronize()
-        return True
-    except Exception:   # noqa: BLE001
-        return False
-
-
 def run(env: Env, seed: int, indices, *, verbose: bool = False, time_limit: float | None = None,
         log=print, records: list | None = None) -> Summary:
     """Cases ``indices`` of run ``seed`` in this process. ``records``: also append one plain tuple a
     case (for a parent process to merge)."""
     s = Summary(seed)
+    from tiledmm.harness import cuda_alive
     t0 = time.perf_counter()
     for i in indices:
         try:
@@ -1040,7 +1032,7 @@ def run(env: Env, seed: int, indices, *, verbose: bool = False, time_limit: floa
             log(f"[{res.category}] seed={seed} case={i} ({time.perf_counter() - t1:.2f} s): {case.describe()}"
                 + (f"\n    {res.reason}" if res.reason else "") + (f"  err={res.err:.3g}" if verbose else "")
                 + (f"\n{res.tb}" if verbose and res.tb else ""))
-        if env.gpu and res.category == "crash" and not _cuda_alive():
+        if env.gpu and res.category == "crash" and not cuda_alive():
             s.stopped = f"the CUDA context is broken after case {i} (an illegal access?): nothing after it can run"
             break
         if time_limit and time.perf_counter() - t0 > time_limit:

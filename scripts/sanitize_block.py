@@ -140,15 +140,6 @@ def run_one(variant: str, dtype: str, precision, name: str, case, cfg, seed: int
     return ("ok" if err <= tol else "FAIL"), f"err={err:.2e} tol={tol:.0e}"
 
 
-def _cuda_alive() -> bool:
-    try:
-        import torch
-        torch.cuda.synchronize()
-        return True
-    except Exception:   # noqa: BLE001
-        return False
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--small", action="store_true", help="the smallest shapes (racecheck, synccheck)")
@@ -162,6 +153,7 @@ def main(argv=None) -> int:
     import torch
     import tiledmm
     from tiledmm import _backend
+    from tiledmm.harness import cuda_alive
     from tiledmm.kernels.block.matmul import VARIANTS
     if _backend.emulating():
         print("sanitize_block: no GPU (emulation): nothing to sanitize", file=sys.stderr)
@@ -202,7 +194,7 @@ def main(argv=None) -> int:
                     word = "checked" if status != "skipped" else "skipped"
                     print(f"{word} {variant} {dl} {name} {shape} {_cfg_str(cfg)} {status if word == 'checked' else ''} "
                           f"{detail} ({time.perf_counter() - t1:.1f} s)".replace("  ", " "), flush=True)
-                    if status == "FAIL" and not _cuda_alive():
+                    if status == "FAIL" and not cuda_alive():
                         print("ABORT: the CUDA context is broken (an illegal access?): later runs cannot run", flush=True)
                         broken = True
                         break

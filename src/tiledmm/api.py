@@ -491,14 +491,14 @@ def _numba_empty(torch, index: int, dtype):
     numba's own allocates with ``cuMemAlloc`` on every call and frees in batches with
     ``cuMemFree``, which waits for the whole device. The array owns the tensor it views."""
     from ._backend import numba_cuda
-    numba_cuda()
+    numba_empty = numba_cuda().device_array
     from numba.cuda.cudadrv import devicearray, devices, driver   # (numba_cuda() has imported numba)
     context = devices.get_context(index)
     tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
     device = torch.device("cuda", index)
     size = dtype.itemsize
     pointer, Memory, Array = driver.binding.CUdeviceptr, driver.MemoryPointer, devicearray.DeviceNDArray
-    raw_stream, numba_empty = torch._C._cuda_getCurrentRawStream, numba_cuda().device_array
+    raw_stream = torch._C._cuda_getCurrentRawStream
 
     def empty(shape, dtype=None):
         if raw_stream(index):           # torch's blocks belong to its current stream: the kernels run on

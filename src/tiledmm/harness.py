@@ -80,6 +80,17 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+def cuda_alive() -> bool:
+    """Whether the CUDA context still works (a kernel fault poisons it for the whole process):
+    after a crashed case, the fuzzer and the sanitizer script stop rather than report noise."""
+    try:
+        import torch
+        torch.cuda.synchronize()
+        return True
+    except Exception:   # noqa: BLE001
+        return False
+
+
 @dataclass
 class Result:
     kernel: str

@@ -43,20 +43,35 @@ def time_calls(calls: Sequence[Call] | Call, *, batches: int = 5, per_batch: int
     per_batch: calls between the two events; default: enough for about ``batch_ms``
         of GPU time (at least 3, at most ``max_per_batch``), from a first timed batch.
     """
-    calls = [calls] if callable(calls) else list(calls)
-    if not calls:
-        raise ValueError("time_calls needs at least one callable")
+    calls = _listed(calls, "time_calls")
     if _backend.emulating():
         return _host_time(calls, max(batches, 1))
+    _warm(calls, warmup)
+    if per_batch is None:
+        per_batch = _batch_size(calls, batch_ms, max_per_batch)
+    times = [_batch(calls, per_batch, b * per_batch) / per_batch for b in range(max(batches, 1))]
+    return statistics.median(times)
+
+
+def _listed(calls, who: str) -> list:
+    calls = [calls] if callable(calls) else list(calls)
+    if not calls:
+        raise ValueError(f"{who} needs at least one callable")
+    return calls
+
+
+def _warm(calls: list, warmup: int) -> None:
+    """Warm-up calls (compilation, module load, clocks), then wait for them."""
     import torch
     for i in range(max(warmup, 1)):
         calls[i % len(calls)]()
     torch.cuda.synchronize()
-    if per_batch is None:
-        est = _batch(calls, 3, 0) / 3
-        per_batch = int(min(max_per_batch, max(3, math.ceil(batch_ms / max(est, 1e-4)))))
-    times = [_batch(calls, per_batch, b * per_batch) / per_batch for b in range(max(batches, 1))]
-    return statistics.median(times)
+
+
+def _batch_size(calls: list, batch_ms: float, max_per_batch: int) -> int:
+    """Calls a batch for about ``batch_ms`` of queued time (at least 3), from a first batch of 3."""
+    est = _batch(calls, 3, 0) / 3
+    return int(min(max_per_batch, max(3, math.ceil(batch_ms / max(est, 1e-4)))))
 
 
 def _batch(calls: list, n: int, offset: int) -> float:
@@ -78,22 +93,17 @@ def device_and_host(calls: Sequence[Call] | Call, *, batches: int = 3, warmup: i
     enqueue time per call is read from the host clock meanwhile (the least over batches: host
     noise only adds). For choosing between kernels of small problems, where ``time_calls``
     sees only the launch path (the same for every candidate) and the choice would be noise."""
-    calls = [calls] if callable(calls) else list(calls)
-    if not calls:
-        raise ValueError("device_and_host needs at least one callable")
+    calls = _listed(calls, "device_and_host")
     if _backend.emulating():
         t = _host_time(calls, max(batches, 1))
         return t, t
     import torch
-    for i in range(max(warmup, 1)):
-        calls[i % len(calls)]()
-    torch.cuda.synchronize()
+    _warm(calls, warmup)
     t0 = time.perf_counter()
     for i in range(3):
         calls[i % len(calls)]()
     host_est = (time.perf_counter() - t0) / 3
-    est = _batch(calls, 3, 0) / 3
-    n = int(min(max_per_batch, max(3, math.ceil(batch_ms / max(est, 1e-4)))))
+    n = _batch_size(calls, batch_ms, max_per_batch)
     device, host = [], []
     for b in range(max(batches, 1)):
         torch.cuda.synchronize()
