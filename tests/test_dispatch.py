@@ -233,6 +233,42 @@ def test_changing_the_tuning_mode_drops_choices_made_under_the_old_one():
         tuning.set_mode(before)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant,dtype,precision,tol", [
+    ("splitk", torch.bfloat16, None, 2e-2), ("splitk", torch.float32, "tf32", 3e-3),
+    ("blocked-kmajor", torch.float32, "tf32", 3e-3), ("tma-kmajor", torch.float32, "tf32", 3e-3)])
+def test_short_path_binds_launch_sequences_with_their_workspace(variant, dtype, precision, tol, monkeypatch):
+    """Split-K (two launches and a partial-sum workspace) and tf32's K-major copy + GEMM are bound
+    too: repeat calls with new tensors stay right; a call on another stream runs the variant itself."""
+    from tiledmm import api
+    from tiledmm.kernels.block import configs as C, matmul as bm, variants as V
+    v = V.BY_NAME[variant]
+    M, K, N = {"splitk": (48, 4096, 96)}.get(variant, (256, 192, 320))
+    M += 8 if dtype == torch.float32 else 0          # shapes of this test only
+    prec = bm.check_precision(str(dtype).replace("torch.", ""), precision)
+    one = torch.empty(1, dtype=dtype)
+    cfg = None if variant == "splitk" else \
+        C.heuristic(bm._configs(v, C.kind_of(prec), one, one), M, N, K, V.num_sms())
+    real = bm.resolved
+    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(v, p, cfg)
+                        if v.applicable(a, b, c, p, al, be) else real(a, b, c, p, al, be))
+    for step in range(6):
+        a = torch.randn(M, K, device="cuda", dtype=dtype)
+        b = torch.randn(K, N, device="cuda", dtype=dtype)
+        c = tiledmm.matmul(a, b, precision=precision)
+        assert _rel(c, a.double() @ b.double()) < tol, step
+    plan = api._fast_plans[(dtype, dtype, a.device, 2, 2, None, precision)]
+    hits = [h for k, h in plan.exact.items() if k[0] == a.shape and k[1] == b.shape]
+    assert hits and hits[0][0] is not None           # bound
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        a2 = torch.randn(M, K, device="cuda", dtype=dtype)
+        c2 = tiledmm.matmul(a2, b, precision=precision)
+    side.synchronize()
+    assert _rel(c2, a2.double() @ b.double()) < tol
+
+
 def test_replay_binds_one_plain_launch_and_nothing_else():
     """fastlaunch.replay on a stand-in compiled kernel (CPU): the bound launch passes the grid, the
     stream, the three new pointers and the recorded arguments, constexprs in place; anything else
@@ -348,3 +384,72 @@ def test_replay_calls_the_c_launch_when_the_python_launcher_adds_nothing(monkeyp
         calls.clear()
         go(98, 111, 222, 333)                   # another stream: a kernel with scratch takes the Python launcher
         assert (calls[0] == ("python",)) is not (direct and not scratch), (cls, scratch)
+
+
+def test_replay_binds_a_sequence_of_launches_with_a_private_workspace(monkeypatch):
+    """WORKSPACE mode (split-K, the K-major copy): every launch of the first call is bound, each
+    tensor argument either a view of a, b or c at its base (replaced by the new pointer) or a
+    private buffer of the variant (kept, its address fixed); replays run on the bound stream only
+    (another stream: False, nothing launched); an offset view of an operand, a, b, c at one
+    address, or a workspace over the kept-bytes cap: not bound."""
+    from tiledmm.kernels.block import fastlaunch
+
+    def kernel(x_ptr, y_ptr, z_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
+        pass
+
+    class JIT:
+        fn = kernel
+
+    calls = []
+
+    class Launcher:                       # Triton 3.6's CudaLauncher body (see the test above)
+        launch_cooperative_grid, launch_pdl = False, False
+        num_ctas, global_scratch_align, global_scratch_size, profile_scratch_size = 1, 128, 0, 0
+
+        def __init__(self):
+            self.launch = lambda *args: calls.append(args)
+
+        def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+            global_scratch = None
+            profile_scratch = None
+            self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
+                        global_scratch, profile_scratch, *args)
+
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+        run = Launcher()
+
+    fk = fastlaunch.FastKernel(JIT, {"BLOCK": 64}, 4, 3)
+    fk.direct = True
+    fk._slow = lambda grid, args: Compiled()
+    monkeypatch.setattr(fastlaunch, "current_stream", lambda: 99)
+    monkeypatch.setattr(fastlaunch, "_kept", [])
+    monkeypatch.setattr(fastlaunch, "_kept_bytes", 0)
+    a, b, c = (torch.empty(4) for _ in range(3))
+    made = []
+
+    def split(x, y, z, *, alpha):
+        ws = torch.empty(8)                          # the variant's own buffer, new every call
+        made.append(ws)
+        fk((3, 2), x.unsqueeze(0), y, ws, 17, alpha)   # a view of x at its base: still x
+        fk((5,), ws, z, z, 18, alpha)
+    split.replayable = fastlaunch.WORKSPACE
+    go = fastlaunch.replay(split, a, b, c, alpha=2.0)
+    assert go is not None and len(made) == 1
+    ws = made[0].data_ptr()
+    calls.clear()
+    assert go(99, 111, 222, 333) is True
+    assert calls == [(3, 2, 1, 99, "fn", False, False, None, None, "meta", None, None, None, 111, 222, ws, 17, 64, 2.0),
+                     (5, 1, 1, 99, "fn", False, False, None, None, "meta", None, None, None, ws, 333, 333, 18, 64, 2.0)]
+    assert any(t.data_ptr() == ws for t in fastlaunch._kept)     # the workspace outlives the first call
+    calls.clear()
+    assert go(98, 111, 222, 333) is False and calls == []        # another stream: the caller runs the variant
+
+    def offset(x, y, z, *, alpha):
+        fk((1,), x[1:], y, z, 17, alpha)
+    offset.replayable = fastlaunch.WORKSPACE
+    assert fastlaunch.replay(offset, a, b, c, alpha=2.0) is None
+    split.replayable = lambda x, y, z: fastlaunch.WORKSPACE      # a mode decided per call
+    assert fastlaunch.replay(split, a, a, c, alpha=2.0) is None  # a and b at one address
+    monkeypatch.setattr(fastlaunch, "MAX_KEPT_BYTES", fastlaunch._kept_bytes)
+    assert fastlaunch.replay(split, a, b, c, alpha=2.0) is None  # over the cap

@@ -390,23 +390,20 @@ class _FastPlan:
             if len(self.exact) > 512:
                 self.exact.clear()
             self.exact[sig] = _bind(a, b, c, self.precision, float(alpha), float(beta))
-        elif hit[0] is not None:
-            hit[0](self.stream(self.index), pa, pb, pc)
-        else:
-            hit[1](a, b, c, alpha=hit[2], beta=hit[3])
+        elif hit[0] is None or hit[0](self.stream(self.index), pa, pb, pc) is False:
+            hit[1](a, b, c, alpha=hit[2], beta=hit[3])     # not bound, or bound on another stream
         return c
 
 
 def _bind(a, b, c, precision: str, alpha: float, beta: float) -> tuple:
     """Run this call through the Triton dispatcher (on torch's current stream) and return what
-    repeats it for its exact signature: (bound launch ``go(stream, pa, pb, pc)``, None, ...), or,
-    where the chosen variant is more than one plain launch (a copy, a workspace, descriptors),
-    (None, the variant's launch, alpha, beta)."""
+    repeats it for its exact signature: (bound launch ``go(stream, pa, pb, pc)`` or None where the
+    chosen variant cannot be bound (fastlaunch.replay), the variant's launch, alpha, beta). A bound
+    launch that returns False launched nothing (another stream than its own): run the variant."""
     from .kernels.block import fastlaunch
     from .kernels.block.matmul import resolved
     fn = resolved(a, b, c, precision, alpha, beta)
-    go = fastlaunch.replay(fn, a, b, c, alpha=alpha, beta=beta)
-    return (go, None, alpha, beta) if go is not None else (None, fn, alpha, beta)
+    return fastlaunch.replay(fn, a, b, c, alpha=alpha, beta=beta), fn, alpha, beta
 
 
 class _PointerPlan:
@@ -466,8 +463,7 @@ class _PointerPlan:
         if go is None:                  # this signature takes the full path
             return None
         if go is not False:
-            go(self.stream(), pa, pb, pc)
-            return c
+            return c if go(self.stream(), pa, pb, pc) is not False else None
         if len(self.exact) > 512:
             self.exact.clear()
         done, self.exact[sig] = self._bind(a, b, c, float(alpha), float(beta))

@@ -121,6 +121,12 @@ _interpreter_lock = threading.Lock()
 _tls = threading.local()
 
 
+WORKSPACE = "workspace"   # a variant's replayable mode: several FastKernel launches and private buffers
+MAX_KEPT_BYTES = 256 << 20   # private buffers kept by bound launches, all together
+_kept: list = []
+_kept_bytes = 0
+
+
 def replay(fn, a, b, c, **kw):
     """Run ``fn(a, b, c, **kw)`` once, and return a *bound launch* for later calls of the same
     signature -- same shapes, strides, 16-byte alignment of each pointer, and ``kw`` --
@@ -129,7 +135,10 @@ def replay(fn, a, b, c, **kw):
     launch of a FastKernel whose only tensors are ``a``, ``b``, ``c`` as its first three
     arguments (then the caller keeps calling ``fn``); ``fn`` must say it does nothing else
     (``fn.replayable``)."""
-    if not getattr(fn, "replayable", False):
+    mode = getattr(fn, "replayable", False)
+    if callable(mode):
+        mode = mode(a, b, c)
+    if not mode:
         fn(a, b, c, **kw)
         return None
     _tls.launches = launches = []
@@ -137,6 +146,8 @@ def replay(fn, a, b, c, **kw):
         fn(a, b, c, **kw)
     finally:
         _tls.launches = None
+    if mode == WORKSPACE:
+        return _replay_steps(launches, a, b, c)
     if len(launches) != 1:
         return None
     fk, grid, args, key = launches[0]
@@ -173,6 +184,69 @@ def replay(fn, a, b, c, **kw):
 
     def go(stream: int, pa: int, pb: int, pc: int) -> None:
         run(g0, g1, g2, stream, function, packed, None, None, None, pa, pb, pc, *rest)
+    return go
+
+
+def _replay_steps(launches: list, a, b, c):
+    """The bound launch of a variant that is a sequence of FastKernel launches (``fn.replayable
+    == WORKSPACE``: nothing else runs on the device -- no torch op -- and every tensor a launch
+    takes is a view of a, b or c at its base address, or a private buffer the variant allocated
+    for the call: split-K's partial sums, a K-major copy of B). The private buffers of the
+    first call are kept (never freed, so a CUDA graph that captured a replay stays valid; at
+    most MAX_KEPT_BYTES in all) and reused by every replay on the stream the signature was
+    bound on -- launches on one stream run one after another; on any other stream ``go``
+    returns False and launches nothing (the caller runs the variant itself). A kernel's global
+    scratch (device-side TMA descriptors) is kept the same way. None where the launches are not
+    all direct C launches without programmatic dependent launch, or a, b, c share a base address."""
+    global _kept_bytes
+    roles = {a.data_ptr(): 0, b.data_ptr(): 1, c.data_ptr(): 2}
+    if len(roles) != 3 or not launches:
+        return None
+    owners = {t.untyped_storage().data_ptr() for t in (a, b, c)}
+    steps, private = [], {}
+    for fk, grid, args, key in launches:
+        ck = fk.cache.get(key)
+        direct = c_launch(ck) if ck is not None and fk.direct else None
+        if direct is None or direct[2]:
+            return None
+        full = fk._full(args)
+        slots = []
+        for i, v in enumerate(full):
+            if hasattr(v, "data_ptr"):
+                p = v.data_ptr()
+                if p in roles and v.untyped_storage().data_ptr() in owners:
+                    slots.append((i, roles[p]))
+                    full[i] = 0
+                elif v.untyped_storage().data_ptr() in owners:
+                    return None            # an offset view of an operand: not a role, not private
+                else:
+                    private[v.untyped_storage().data_ptr()] = v
+                    full[i] = p
+            elif v is not None and not isinstance(v, (int, float, bool, str)):
+                return None                # a host-side descriptor or another object: not replayable
+        g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
+        scratch = _scratch(g0 * g1 * g2 * direct[3]) if direct[3] else None   # device-side descriptors
+        if scratch is not None:
+            private[scratch.data_ptr()] = scratch
+        steps.append((direct[0], direct[1], g0, g1, g2, ck.function, ck.packed_metadata, full, tuple(slots),
+                      scratch))
+    nbytes = sum(t.untyped_storage().nbytes() for t in private.values())
+    if _kept_bytes + nbytes > MAX_KEPT_BYTES:
+        return None
+    _kept.extend(private.values())
+    _kept_bytes += nbytes
+    home = current_stream()
+
+    def go(stream: int, pa: int, pb: int, pc: int):
+        if stream != home:
+            return False
+        ptr = (pa, pb, pc)
+        for launch, coop, g0, g1, g2, function, packed, full, slots, scratch in steps:
+            args = full[:]             # a copy: threads may replay one signature at once
+            for i, role in slots:
+                args[i] = ptr[role]
+            launch(g0, g1, g2, stream, function, coop, False, scratch, None, packed, None, None, None, *args)
+        return True
     return go
 
 
