@@ -249,3 +249,71 @@ def test_kmajor_cache_gpu_sees_modification():
     splitk.launch(x, y, b, precision="ieee")
     kmajor_cache.launch(a, b, c, precision="tf32", alpha=1.0, beta=0.0)
     _check(c, a.double().cpu() @ (x.double().cpu() @ y.double().cpu()), torch.float32, "tf32")
+
+
+# --- the swapped product (kernels.py SWAP) and the transposing copy -----------------------------
+
+def _swap_configs(prec, tiny):
+    """SWAP = 1 everywhere; SWAP = 2 (B^T through registers) only for tf32."""
+    return [dict(tiny, SWAP=s) for s in ((1, 2) if prec == "tf32" else (1,))]
+
+
+@emulation_only
+@pytest.mark.parametrize("dtype,prec", CASES)
+@pytest.mark.parametrize("M,K,N", [(1, 37, 20), (33, 70, 45), (5, 1, 17)])
+def test_swapped_product_interpreter(dtype, prec, M, K, N):
+    from tiledmm.kernels.block import matmul as BM
+    gen = torch.Generator().manual_seed(M * 7 + K + N)
+    for alpha, beta in [(1.0, 0.0), (-0.75, 1.5)]:
+        a, b, c = _operands(gen, (M, K), (K, N), (M, N), dtype, beta)
+        ref = _ref(a, b, c, alpha, beta)
+        for cfg in _swap_configs(prec, TINY):
+            for variant, extra in (("blocked", {}), ("splitk", {"SPLIT_K": 2})):
+                cc = c.clone()
+                BM.launch(a, b, cc, precision=prec, alpha=alpha, beta=beta, variant=variant, config={**cfg, **extra})
+                _check(cc, ref, dtype, prec)
+
+
+def test_few_row_configs_offered_only_for_few_rows():
+    from tiledmm.kernels.block import configs as C
+    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import variants as VV
+    a = c = torch.empty(2, 2, dtype=torch.bfloat16)   # 16-bit: the shared-memory fit of 16-bit configs
+    few = BM._configs(VV.BLOCKED, "16bit", a, c, rows=32)
+    many = BM._configs(VV.BLOCKED, "16bit", a, c, rows=64)
+    assert all(cfg in few for cfg in C.BLOCKED_FEW_ROWS["16bit"])
+    assert not any(cfg.get("SWAP") for cfg in many)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,prec", CASES[1:])
+@pytest.mark.parametrize("M,K,N", [(1, 1024, 4096), (32, 777, 1234), (257, 520, 1000)])
+def test_swapped_product_gpu(dtype, prec, M, K, N):
+    from tiledmm.kernels.block import configs as C
+    from tiledmm.kernels.block import matmul as BM
+    gen = torch.Generator().manual_seed(M + K + N)
+    for alpha, beta in [(1.0, 0.0), (0.5, 2.0)]:
+        a, b, c = _operands(gen, (M, K), (K, N), (M, N), dtype, beta)
+        ref = _ref(a, b, c, alpha, beta)
+        for cfg in C.BLOCKED_FEW_ROWS[V.kind_of(prec)]:
+            for variant, extra in (("blocked", {}), ("splitk", {"SPLIT_K": 3})):
+                cc = c.clone()
+                BM.launch(a, b, cc, precision=prec, alpha=alpha, beta=beta, variant=variant, config={**cfg, **extra})
+                torch.cuda.synchronize()
+                _check(cc, ref, dtype, prec)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("R,C", [(1, 1), (63, 130), (4096, 1000), (1000, 4097)])
+def test_transpose_into_gpu(dtype, R, C):
+    from tiledmm.kernels.block.transpose import k_major, transpose_into
+    src = torch.randn(R, C, device="cuda").to(dtype)
+    before = src.clone()
+    dst = torch.full((C, R + 3), float("nan"), device="cuda", dtype=dtype)[:, :R]   # a padded view
+    transpose_into(src, dst)
+    assert torch.equal(dst, src.T) and torch.equal(src, before)
+    km = k_major(src, -2)
+    assert km.stride(-2) == 1 and torch.equal(km, src)
+    strided = src[:, ::2]   # a non-unit inner stride
+    assert torch.equal(k_major(strided, -2), strided)

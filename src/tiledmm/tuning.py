@@ -145,18 +145,29 @@ def choose(key: str, candidates: dict[str, Callable[[], float]], model_pick: str
             return v
         if mode() == "off" or not timeable or len(candidates) == 1:
             return model_pick
-        times = {}
+        times, failed = {}, {}
         for name, run in candidates.items():
             try:
                 times[name] = run()
-            except Exception:   # noqa: BLE001  a config that does not compile or run here is no candidate
+            except Exception as e:   # noqa: BLE001  a config that does not compile or run here is no candidate
+                failed[name] = f"{type(e).__name__}: {str(e)[:200]}"
                 continue
+        if os.environ.get("TILEDMM_TUNING_DEBUG"):
+            _report(key, times, failed)
         if not times:
             return model_pick
         best = min(times, key=times.get)
         _memory[key] = best
         _save(key, best)
         return best
+
+
+def _report(key: str, times: dict, failed: dict) -> None:
+    """TILEDMM_TUNING_DEBUG=1: each choice's candidates and their times (or why they failed), on stderr."""
+    import sys
+    lines = [f"tiledmm tuning {key}:"] + [f"  {t:9.4f} ms  {n}" for n, t in sorted(times.items(), key=lambda x: x[1])]
+    lines += [f"  failed     {n}: {why}" for n, why in failed.items()]
+    print("\n".join(lines), file=sys.stderr, flush=True)
 
 
 def remembered() -> dict:

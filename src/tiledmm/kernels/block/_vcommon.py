@@ -18,6 +18,11 @@ import triton  # noqa: E402
 KINDS = ("16bit", "tf32", "ieee")
 
 
+def cdiv(x: int, y: int) -> int:
+    """Ceiling division on the host (``triton.cdiv`` is a JIT function there: ~3 us a call)."""
+    return -(-x // y)
+
+
 def kind_of(precision: str) -> str:
     """Precision option -> config family: 'none' (bf16/fp16) -> '16bit'."""
     return "16bit" if precision in (None, "none") else precision

@@ -26,6 +26,16 @@ BLOCKED = {
              cfg(128, 256, 16, 8, 8, 2), cfg(64, 128, 16, 8, 4, 3), cfg(128, 64, 16, 8, 4, 3),
              cfg(64, 64, 32, 8, 4, 3)],
 }
+# Few rows of A (M up to 32, a decode step's GEMV-like products): the transposed product C^T = B^T A^T
+# (kernels.py, SWAP), so the tensor core's narrow side (wgmma's N, down to 8) takes the few rows
+# and its 64-row side runs along N. Probe on the H100 (issue 11, session 6): 32x13824x5120 bf16
+# 55.5 us, as fast as cuBLAS (54.4), where the best unswapped config took 71.9.
+FEW_ROWS = 32
+BLOCKED_FEW_ROWS = {
+    "16bit": [dict(cfg(16, 128, 128, 8, 4, 4), SWAP=1), dict(cfg(32, 128, 128, 8, 4, 4), SWAP=1)],
+    "tf32": [dict(cfg(16, 128, 64, 8, 4, 4), SWAP=2), dict(cfg(32, 128, 64, 8, 4, 4), SWAP=2)],
+    "ieee": [],
+}
 TMA = {
     "ieee": [cfg(128, 128, 32, 8, 8, 3), cfg(64, 128, 32, 8, 4, 3), cfg(128, 64, 32, 8, 4, 4),
              cfg(64, 64, 32, 8, 4, 3), cfg(128, 128, 16, 8, 8, 4)],

@@ -41,13 +41,31 @@ def _tile_id(pid, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: t
 
 
 @triton.jit
+def _tf32_bits(x):
+    """x with the 13 low mantissa bits cleared: the value a tf32 tensor-core product reads
+    anyway. An operation on the operand after its load, so Triton feeds it to wgmma from
+    registers (A operand) instead of shared memory."""
+    return (x.to(tl.int32, bitcast=True) & -8192).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _tile_product(a_tile, b_tile, rows, cols, M, N, k_len, stride_ak, stride_bk,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+                  PRECISION: tl.constexpr, UPCAST: tl.constexpr, SWAP: tl.constexpr):
     """The phase loop: acc = A[rows, :k_len] @ B[:k_len, cols] in fp32, BLOCK_K-wide phases,
-    ``a_tile``/``b_tile`` pointing at phase 0 (rows x ks, ks x cols)."""
+    ``a_tile``/``b_tile`` pointing at phase 0 (rows x ks, ks x cols).
+
+    SWAP = 1 computes the transposed product, acc^T = B^T @ A^T, and returns its transpose:
+    the tensor core's M dimension is then BLOCK_N (at least 64 for wgmma) and its N
+    dimension BLOCK_M (as small as 16), which suits few rows of A. SWAP = 2 (tf32): also
+    B^T goes to the tensor core from registers -- wgmma reads 32-bit operands from shared
+    memory only K-major, which a row-major B is not, while A^T, read from A's K-contiguous
+    rows, is; so a row-major B needs no copy."""
     ks = tl.arange(0, BLOCK_K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP:
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for phase in range(0, tl.cdiv(k_len, BLOCK_K)):
         k_left = k_len - phase * BLOCK_K
         # the M test and the N test differ, as the slides stress: rows/k for A, k/cols for B
@@ -56,12 +74,23 @@ def _tile_product(a_tile, b_tile, rows, cols, M, N, k_len, stride_ak, stride_bk,
         if UPCAST:  # emulation only: the Triton interpreter's bf16 tl.dot returns garbage (triton 3.9)
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        if PRECISION == "none":
-            acc = tl.dot(a, b, acc)
+        if SWAP:
+            bt = tl.trans(b)
+            if SWAP == 2:
+                bt = _tf32_bits(bt)
+            if PRECISION == "none":
+                acc_t = tl.dot(bt, tl.trans(a), acc_t)
+            else:
+                acc_t = tl.dot(bt, tl.trans(a), acc_t, input_precision=PRECISION)
         else:
-            acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            if PRECISION == "none":
+                acc = tl.dot(a, b, acc)
+            else:
+                acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_tile += BLOCK_K * stride_ak
         b_tile += BLOCK_K * stride_bk
+    if SWAP:
+        acc = tl.trans(acc_t)
     return acc
 
 
@@ -84,7 +113,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   alpha, beta,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
-                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False):
+                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False, SWAP: tl.constexpr = 0):
     pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     batch = tl.program_id(1).to(tl.int64)
     a_ptr += batch * stride_ab
@@ -98,7 +127,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     a_tile = a_ptr + rows[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
     b_tile = b_ptr + ks[:, None] * stride_bk + cols[None, :].to(tl.int64) * stride_bn
     acc = _tile_product(a_tile, b_tile, rows, cols, M, N, K, stride_ak, stride_bk,
-                        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
+                        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST, SWAP)
 
     c_tile = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
     _epilogue(c_tile, acc, (rows[:, None] < M) & (cols[None, :] < N), alpha, beta, ALPHA_ONE, HAS_BETA)

@@ -22,6 +22,7 @@ from collections import OrderedDict
 from . import _vcommon as V
 from . import tma_persistent as T
 from ._vcommon import kind_of
+from .transpose import k_major
 
 NAME = "tma-kcache"
 MAX_ENTRIES = 16
@@ -51,7 +52,7 @@ def kmajor(b):
         stats["hits"] += 1
         return hit[1]
     stats["misses"] += 1
-    copy = b.T.contiguous().T   # (K, N) with strides (1, K)
+    copy = k_major(b, -2)   # (K, N) with strides (1, K)
     _cache[key] = (_storage_ref(b), copy)
     total = sum(c.numel() * c.element_size() for _, c in _cache.values())
     while len(_cache) > MAX_ENTRIES or (total > MAX_BYTES and len(_cache) > 1):

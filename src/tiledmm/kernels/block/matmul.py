@@ -97,11 +97,15 @@ def _forced(a, b, c, precision, alpha, beta, variant, config) -> None:
     _bind(v, precision, dict(config) if config else None)(a, b, c, alpha=alpha, beta=beta)
 
 
-def _configs(v: V.Variant, kind: str, a, c) -> list[dict]:
+def _configs(v: V.Variant, kind: str, a, c, rows: int | None = None) -> list[dict]:
     """The variant's candidate configs that fit the device's shared memory for these dtypes
-    (the TMA kernels stage the C tile for the copy engine too)."""
+    (the TMA kernels stage the C tile for the copy engine too); for the blocked kernel and
+    at most ``C.FEW_ROWS`` rows (the class's), the swapped few-row configs too."""
     tma = v.name in ("tma", "tma-kmajor")
-    return C.fitting(v.configs(kind), a.element_size(), c.element_size(), tma, V.smem_limit()) or v.configs(kind)
+    table = v.configs(kind)
+    if v is V.BLOCKED and rows is not None and rows <= C.FEW_ROWS:
+        table = table + C.BLOCKED_FEW_ROWS[kind]
+    return C.fitting(table, a.element_size(), c.element_size(), tma, V.smem_limit()) or table
 
 
 def _cfg_name(c: dict) -> str:
@@ -127,7 +131,10 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
         if batch > V.MAX_GRID_YZ and v is not V.BLOCKED:   # only the blocked launch splits the batch over launches
             continue
         if v.applicable(a, b, c, precision, alpha, beta):
-            for cfg in C.prune(_configs(v, kind, a, c), rM, rN, rK, sms, batch, keep=3 if v is V.BLOCKED else 2):
+            table = _configs(v, kind, a, c, rM)
+            picked = V.splitk.prune(table, rM, rN, rK, sms, batch) if v.name.startswith("splitk") else \
+                C.prune(table, rM, rN, rK, sms, batch, keep=3 if v is V.BLOCKED else 2)
+            for cfg in picked:
                 options[f"{v.name}:{_cfg_name(cfg)}"] = (v, cfg)
     pick = _model_pick(options, M, N, K, batch, sms)
     capturing = torch.cuda.is_current_stream_capturing()

@@ -17,7 +17,8 @@ and Triton's CPU interpreter all work.
 from __future__ import annotations
 
 from . import _vcommon as V
-from ._vcommon import cfg, kind_of, num_sms, tl_precision
+from ._vcommon import cdiv, cfg, kind_of, num_sms, tl_precision
+from .fastlaunch import WORKSPACE
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -25,6 +26,7 @@ import triton.language as tl  # noqa: E402
 from .kernels import _epilogue, _tile_id, _tile_product  # noqa: E402  (the blocked kernel's pieces)
 
 NAME = "splitk"
+REPLAYABLE = WORKSPACE   # FastKernel launches and a private workspace only (fastlaunch.replay binds it)
 
 
 @triton.jit
@@ -33,7 +35,8 @@ def splitk_kernel(a_ptr, b_ptr, o_ptr, M, N, K, K_PER_SPLIT,
                   alpha, beta,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, PRECISION: tl.constexpr, PARTIAL: tl.constexpr,
-                  HAS_BETA: tl.constexpr, ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr):
+                  HAS_BETA: tl.constexpr, ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr,
+                  SWAP: tl.constexpr = 0):
     """Program (tile, batch, split): sums A[rows, ks] @ B[ks, cols] over its K slice.
     PARTIAL: store the fp32 sum into the workspace slice ``split``; else finish C here."""
     pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -48,7 +51,7 @@ def splitk_kernel(a_ptr, b_ptr, o_ptr, M, N, K, K_PER_SPLIT,
     a_tile = a_ptr + batch * s_ab + k0.to(tl.int64) * s_ak + rows[:, None].to(tl.int64) * s_am + ks[None, :] * s_ak
     b_tile = b_ptr + batch * s_bb + k0.to(tl.int64) * s_bk + ks[:, None].to(tl.int64) * s_bk + cols[None, :] * s_bn
     acc = _tile_product(a_tile, b_tile, rows, cols, M, N, k_len, s_ak, s_bk,
-                        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST)
+                        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST, SWAP)
 
     o_tile = o_ptr + batch * s_ob + split.to(tl.int64) * s_os + rows[:, None].to(tl.int64) * s_om + cols[None, :] * s_on
     inside = (rows[:, None] < M) & (cols[None, :] < N)
@@ -106,11 +109,28 @@ def splits_for(M: int, N: int, K: int, batch: int, meta: dict) -> tuple[int, int
     """(S, K per split): tiles x S ~ WAVES programs per SM, each slice at least 4 K-blocks,
     K per split a multiple of BLOCK_K. Forced with meta['SPLIT_K'] when given."""
     bk = meta["BLOCK_K"]
-    tiles = batch * triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-    want = meta.get("SPLIT_K") or triton.cdiv(meta.get("WAVES", 2) * num_sms(), tiles)
-    s = max(1, min(want, triton.cdiv(K, 4 * bk) if not meta.get("SPLIT_K") else triton.cdiv(K, bk)))
-    k_per = triton.cdiv(triton.cdiv(max(K, 1), s), bk) * bk
-    return triton.cdiv(max(K, 1), k_per), k_per
+    tiles = batch * cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
+    want = meta.get("SPLIT_K") or cdiv(meta.get("WAVES", 2) * num_sms(), tiles)
+    s = max(1, min(want, cdiv(K, 4 * bk) if not meta.get("SPLIT_K") else cdiv(K, bk)))
+    k_per = cdiv(cdiv(max(K, 1), s), bk) * bk
+    return cdiv(max(K, 1), k_per), k_per
+
+
+def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1, keep: int = 3) -> list[dict]:
+    """The configs worth timing: ranked by the wave model *with* the split -- waves of
+    tiles x S programs, each BLOCK_M x BLOCK_N x (K / S) -- at most one per BLOCK_M (the
+    tile height decides how often B is read and which MMA runs: on the H100 a 16-row
+    bf16 split-K took 355 us on 127 x 8191 x 127 where 64 rows took 20)."""
+    def cost(c):
+        s, k_per = splits_for(M, N, K, batch, c)
+        programs = batch * cdiv(M, c["BLOCK_M"]) * cdiv(N, c["BLOCK_N"]) * s
+        return cdiv(programs, sms) * c["BLOCK_M"] * c["BLOCK_N"] * k_per, -c["BLOCK_M"] * c["BLOCK_N"]
+    out, heights = [], set()
+    for c in sorted(configs, key=cost):
+        if c["BLOCK_M"] not in heights:
+            heights.add(c["BLOCK_M"])
+            out.append(c)
+    return out[:keep]
 
 
 _last: dict = {}   # the last CompiledKernel of the main kernel, for reports
@@ -151,10 +171,11 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     meta, warps, stages = V.split_meta(config or heuristic(M, N, K, kind))
     S, k_per = splits_for(M, N, K, B, meta)
     kmeta = {k: meta[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
+    kmeta["SWAP"] = meta.get("SWAP", 0)
     s_bb = b3.stride(0) if b3.shape[0] > 1 else 0
     flags = dict(PRECISION=tl_precision(precision), HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0,
                  UPCAST=V.emulating() and a.dtype == torch.bfloat16)
-    grid = (triton.cdiv(M, kmeta["BLOCK_M"]) * triton.cdiv(N, kmeta["BLOCK_N"]), B, S)
+    grid = (cdiv(M, kmeta["BLOCK_M"]) * cdiv(N, kmeta["BLOCK_N"]), B, S)
     if S == 1:
         _last["kernel"] = _main(grid, (a3, b3, c3, M, N, K, k_per, a3.stride(0), a3.stride(1), a3.stride(2),
                                        s_bb, b3.stride(1), b3.stride(2), 0, c3.stride(0), c3.stride(1), c3.stride(2),
@@ -168,7 +189,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
                                        "PARTIAL": True, **_rest(dict(flags, HAS_BETA=False, ALPHA_ONE=True))},
                                 warps, stages)
         block = 1024 if not V.emulating() else 64
-        rgrid = (triton.cdiv(M * N, block), B)
+        rgrid = (cdiv(M * N, block), B)
         _reduce(rgrid, (ws, c3, M * N, N, S, ws.stride(0), ws.stride(1), c3.stride(0), c3.stride(1), c3.stride(2),
                         float(alpha), float(beta)), {"BLOCK": block, "HAS_BETA": beta != 0.0, "ALPHA_ONE": alpha == 1.0},
                 4, 1)

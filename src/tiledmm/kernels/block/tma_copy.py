@@ -14,6 +14,7 @@ from __future__ import annotations
 from . import _vcommon as V
 from . import tma_persistent as T
 from ._vcommon import kind_of
+from .transpose import transpose_into
 
 NAME = "tma-copy"
 CONFIGS = T.CONFIGS
@@ -49,7 +50,7 @@ def prepare(a, b, c, precision):
     if kind_of(precision) == "tf32" or (not V.tma_ok(b) and not kmajor_ok):
         if not kmajor_ok:
             bt = _aligned_empty(b.shape[1], b.shape[0], b)   # (N, K): B^T row-major = B K-major
-            bt.copy_(b.T)
+            transpose_into(b, bt)
             b = bt.T
     cw = c if V.tma_ok(c) else _aligned_empty(c.shape[0], c.shape[1], c)
     return a, b, cw

@@ -19,7 +19,7 @@ K-major (column-major) only; kmajor_cache.py gives it a cached K-major B for reu
 from __future__ import annotations
 
 from . import _vcommon as V
-from ._vcommon import cfg, kind_of, num_sms, tl_precision
+from ._vcommon import cdiv, cfg, kind_of, num_sms, tl_precision
 
 import triton  # noqa: E402  (after _vcommon: it decides TRITON_INTERPRET)
 import triton.language as tl  # noqa: E402
@@ -117,11 +117,11 @@ def heuristic(M: int, N: int, K: int, kind: str) -> dict:
     sms = num_sms()
     if kind == "ieee":
         return dict(CONFIGS["ieee"][0])
-    tiles256 = triton.cdiv(M, 128) * triton.cdiv(N, 256)
+    tiles256 = cdiv(M, 128) * cdiv(N, 256)
     if tiles256 >= sms:
         ws = kind == "tf32" or tiles256 >= 4 * sms
         return dict(CONFIGS[kind][7] if ws else CONFIGS[kind][0])
-    if triton.cdiv(M, 128) * triton.cdiv(N, 128) >= 0.75 * sms:
+    if cdiv(M, 128) * cdiv(N, 128) >= 0.75 * sms:
         return dict(CONFIGS[kind][3])                       # 128 x 128, 8 warps
     return dict(CONFIGS[kind][6])                           # 64 x 128
 
@@ -169,7 +169,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     if beta != 0.0:
         meta, stages = _fit_beta(meta, stages, a.element_size(), c.element_size())
     sms = num_sms()
-    grid = (max(1, min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn))),)
+    grid = (max(1, min(sms, cdiv(M, bm) * cdiv(N, bn))),)
     flags = dict(B_KMAJOR=kmajor, PRECISION=tl_precision(precision), HAS_BETA=beta != 0.0,
                  ALPHA_ONE=alpha == 1.0, NUM_SMS=sms)
     _last["kernel"] = _launcher(grid, (a_desc, b_desc, c_desc, M, N, K, float(alpha), float(beta)),

@@ -21,9 +21,10 @@ from typing import Callable
 from ..._backend import emulating
 from . import configs as C
 from . import kmajor_cache, splitk, tma_copy, tma_persistent
-from ._vcommon import capability, ensure_allocator, num_sms, smem_limit  # noqa: F401  (smem_limit: for matmul.py)
-from .fastlaunch import FastKernel
-from .kernels import matmul_kernel, matmul_tma_persistent_kernel, triton
+from ._vcommon import capability, cdiv, ensure_allocator, num_sms, smem_limit  # noqa: F401  (smem_limit: for matmul.py)
+from .fastlaunch import WORKSPACE, FastKernel
+from .transpose import k_major
+from .kernels import matmul_kernel, matmul_tma_persistent_kernel
 
 MAX_GRID_YZ = 65535   # CUDA's limit on gridDim.y and gridDim.z
 
@@ -34,7 +35,9 @@ class Variant:
     applicable: Callable[..., bool]
     configs: Callable[[str], list]
     launch: Callable[..., None]
-    replayable: bool = False   # launch is one FastKernel launch on (a, b, c) and nothing else (fastlaunch.replay)
+    # how fastlaunch.replay may bind repeat calls: True -- one FastKernel launch on (a, b, c) and nothing
+    # else; WORKSPACE -- FastKernel launches and private buffers only; or a function (a, b, c) -> either
+    replayable: object = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -62,9 +65,9 @@ def _upcast(a) -> bool:   # emulation only: the interpreter's bf16 tl.dot return
 def _blocked_launch(a, b, c, *, precision, alpha, beta, config):
     batch, M, K, N, sa, sb = _dims(a, b)
     flags = (("PRECISION", precision), ("HAS_BETA", beta != 0.0), ("ALPHA_ONE", alpha == 1.0),
-             ("UPCAST", _upcast(a)))
+             ("UPCAST", _upcast(a)), ("SWAP", config.get("SWAP", 0)))
     fk = _fast(matmul_kernel, tuple(config.items()), flags)
-    tiles = triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])
+    tiles = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])
     sc = c.stride(-3) if c.dim() >= 3 else 0
     for b0 in range(0, batch, MAX_GRID_YZ):    # gridDim.y is at most 65535: more batches, more launches
         nb = min(MAX_GRID_YZ, batch - b0)
@@ -101,7 +104,7 @@ def _tma_launch(a, b, c, *, precision, alpha, beta, config):
     sms = num_sms()
     fk = _fast(matmul_tma_persistent_kernel, tuple(config.items()),
                (("PRECISION", precision), ("B_KMAJOR", kmajor), ("NUM_SMS", sms)))
-    grid = (min(sms, triton.cdiv(M, config["BLOCK_M"]) * triton.cdiv(N, config["BLOCK_N"])),)
+    grid = (min(sms, cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])),)
     fk(grid, a, b, c, M, N, K, a.stride(0), b.stride(0), b.stride(1), c.stride(0))
 
 
@@ -110,16 +113,10 @@ TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True
 
 # -- tf32 with K-major operands ------------------------------------------------------------------
 
-def _k_major(t, k_dim: int):
-    """A copy whose K dimension is the contiguous one (wgmma reads 32-bit operands
-    K-major only: tf32 with a row-major B falls off the wgmma path)."""
-    return t.contiguous() if k_dim == -1 else t.transpose(-1, -2).contiguous().transpose(-1, -2)
-
-
 def with_kmajor(v: Variant) -> Variant:
     """``v`` run on K-major copies of A and B (made inside the call, so their cost counts)."""
     def operands(a, b):
-        return (a if a.stride(-1) == 1 else _k_major(a, -1)), (b if b.stride(-2) == 1 else _k_major(b, -2))
+        return k_major(a, -1), k_major(b, -2)
 
     def applicable(a, b, c, precision, alpha, beta):
         if precision != "tf32" or emulating() or (a.stride(-1) == 1 and b.stride(-2) == 1):
@@ -133,7 +130,12 @@ def with_kmajor(v: Variant) -> Variant:
         ka, kb = operands(a, b)
         v.launch(ka, kb, c, precision=precision, alpha=alpha, beta=beta, config=config)
 
-    return Variant(v.name + "-kmajor", applicable, v.configs, launch)
+    def replayable(a, b, c):
+        """Bound (fastlaunch.replay) where the copy is tiledmm's transpose kernel into a private
+        buffer: a 2-D row-major B and a K-contiguous A (else torch copies, which a replay would skip)."""
+        return WORKSPACE if v.replayable and a.stride(-1) == 1 and b.dim() == 2 else False
+
+    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable)
 
 
 # -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
@@ -177,7 +179,7 @@ def from_module(mod) -> Variant:
 
 
 SPLITK = from_module(splitk)
-ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, from_module(tma_persistent),
+ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, with_kmajor(SPLITK), from_module(tma_persistent),
        from_module(tma_copy), SIMT_ASYNC]
 # opt-in only (variant="tma-kcache"): its cache of K-major copies trusts torch's version counter, which
 # writes from outside torch (CuPy, numba, a raw pointer) do not bump
