@@ -113,3 +113,27 @@ def test_sm_margin_is_read_from_the_environment(monkeypatch):
         _vcommon._sm_margin.cache_clear()
         assert _vcommon._sm_margin() == want
     _vcommon._sm_margin.cache_clear()
+
+
+def test_summa_prepares_each_distinct_local_product_once(monkeypatch):
+    """Before its first collective SUMMA runs each distinct local product (layout and beta) once
+    into a scratch output, so the dispatcher tunes on a quiet GPU; later calls skip it."""
+    torch = pytest.importorskip("torch")
+    from tiledmm import distributed as D
+    monkeypatch.setattr(D, "_prepared", set())
+    seen = []
+
+    def gemm(a, b, c, alpha, beta):
+        seen.append((tuple(a.shape), tuple(b.shape), beta))
+        c.fill_(1.0)
+    a, b = torch.randn(8, 16), torch.randn(16, 8)
+    out = torch.full((8, 8), 7.0)
+    products = [(a[:, :8], b[:8], 0.0), (a[:, 8:], b[8:], 1.0), (a[:, 8:], b[8:], 1.0), (a[:, :8], b[:8], 1.0),
+                (a[:, 1:9], b[1:9], 1.0)]
+    D._prepare_local(gemm, products, out, 1.0)
+    # the third and fourth: the second's layout (offsets of 32 bytes keep the 16-byte alignment);
+    # the fifth starts 4 bytes in: another alignment, another kernel choice
+    assert seen == [((8, 8), (8, 8), 0.0), ((8, 8), (8, 8), 1.0), ((8, 8), (8, 8), 1.0)]
+    assert torch.equal(out, torch.full((8, 8), 7.0))                  # out untouched: a scratch took them
+    D._prepare_local(gemm, products, out, 1.0)
+    assert len(seen) == 3

@@ -273,6 +273,27 @@ def _land(streams: _Streams, handle):
         streams.span("comm", what, e0, ev)
 
 
+_prepared: set = set()
+
+
+def _prepare_local(gemm, products, out, alpha) -> None:
+    """Run each distinct local product (shapes, strides, 16-byte alignment, beta) once into a
+    scratch output before any collective is issued, the first time this process meets it: the
+    dispatcher then chooses its kernel (``tiledmm.tuning`` times the candidates) on a quiet GPU
+    rather than against the NCCL kernels of the panels in flight, which skewed the choices
+    (issue 13). The operands may be receive buffers not yet written: only their layout matters."""
+    scratch = None
+    for a, b, beta in products:
+        key = (getattr(gemm, "__qualname__", type(gemm).__name__), a.dtype, tuple(a.shape), a.stride(), tuple(b.shape),
+               b.stride(), a.data_ptr() % 16, b.data_ptr() % 16, beta == 0.0, alpha == 1.0)
+        if key in _prepared or 0 in a.shape or 0 in b.shape:
+            continue
+        _prepared.add(key)
+        if scratch is None:
+            scratch = torch.zeros_like(out)
+        gemm(a, b, scratch, alpha, beta)
+
+
 def _gemm_call(streams, gemm, a, b, c, alpha, beta, what):
     e0, e1 = streams.event(), streams.event()
     streams.rec(e0, streams.compute)
@@ -414,6 +435,12 @@ def summa(a_local: torch.Tensor, b_local: torch.Tensor, shape: tuple, *, grid: O
     with st.on(st.compute):
         if beta == 0 and (not panels or mr * nc == 0):
             out.zero_()
+        if st.gpu and mr * nc > 0:
+            _prepare_local(gemm, [(a_bufs[0][:mr * (p1 - p0)].view(mr, p1 - p0) if grid.pc > 1 and oc != grid.col
+                                   else a_local[:, p0 - ac0:p1 - ac0],
+                                   b_bufs[0][:(p1 - p0) * nc].view(p1 - p0, nc) if grid.pr > 1 and orow != grid.row
+                                   else b_local[p0 - br0:p1 - br0], beta if i == 0 else 1.0)
+                                  for i, (p0, p1, oc, orow) in enumerate(panels)], out, alpha)
         while nxt < len(panels) and nxt < depth:
             issue(nxt)
             nxt += 1
