@@ -401,19 +401,30 @@ def summa(a_local: torch.Tensor, b_local: torch.Tensor, shape: tuple, *, grid: O
     nxt = 0
     done_first = False
 
+    def remote_of(idx):
+        """(A's panel comes from another rank, B's panel does)."""
+        p0, p1, oc, orow = panels[idx]
+        return grid.pc > 1 and mr * (p1 - p0) > 0 and oc != grid.col, \
+            grid.pr > 1 and (p1 - p0) * nc > 0 and orow != grid.row
+
+    def operands(idx, slot):
+        """Panel idx's operands of the local product: the receive buffers of ``slot`` for a panel
+        another rank owns, else views of this rank's blocks."""
+        p0, p1, _, _ = panels[idx]
+        w = p1 - p0
+        a_remote, b_remote = remote_of(idx)
+        return (a_bufs[slot][:mr * w].view(mr, w) if a_remote else a_local[:, p0 - ac0:p1 - ac0],
+                b_bufs[slot][:w * nc].view(w, nc) if b_remote else b_local[p0 - br0:p1 - br0])
+
     def issue(idx):
         p0, p1, oc, orow = panels[idx]
         w = p1 - p0
-        a_remote = grid.pc > 1 and mr * w > 0 and oc != grid.col
-        b_remote = grid.pr > 1 and w * nc > 0 and orow != grid.row
+        a_remote, b_remote = remote_of(idx)
         slot = free_slots.pop(0) if (a_remote or b_remote) else None
         after = [slot_ev[slot]] if slot is not None and slot_ev[slot] is not None else []
         remote = []
+        a_t, b_t = operands(idx, slot)
         a_own = a_local[:, p0 - ac0:p1 - ac0]
-        if a_remote:
-            a_t = a_bufs[slot][:mr * w].view(mr, w)
-        else:
-            a_t = a_own
         if grid.pc > 1 and mr * w > 0:
             src = grid.global_rank(grid.row, oc)
             if a_remote:
@@ -423,7 +434,6 @@ def summa(a_local: torch.Tensor, b_local: torch.Tensor, shape: tuple, *, grid: O
                                                              group=grid.row_group, async_op=True))
             h = _comm(st, f"bcast A[{p0}:{p1}]", fn, after if a_remote else None)
             (remote if a_remote else own_handles).append(h)
-        b_t = b_bufs[slot][:w * nc].view(w, nc) if b_remote else b_local[p0 - br0:p1 - br0]
         if grid.pr > 1 and w * nc > 0:
             src = grid.global_rank(orow, grid.col)
             h = _comm(st, f"bcast B[{p0}:{p1}]",
@@ -436,11 +446,8 @@ def summa(a_local: torch.Tensor, b_local: torch.Tensor, shape: tuple, *, grid: O
         if beta == 0 and (not panels or mr * nc == 0):
             out.zero_()
         if st.gpu and mr * nc > 0:
-            _prepare_local(gemm, [(a_bufs[0][:mr * (p1 - p0)].view(mr, p1 - p0) if grid.pc > 1 and oc != grid.col
-                                   else a_local[:, p0 - ac0:p1 - ac0],
-                                   b_bufs[0][:(p1 - p0) * nc].view(p1 - p0, nc) if grid.pr > 1 and orow != grid.row
-                                   else b_local[p0 - br0:p1 - br0], beta if i == 0 else 1.0)
-                                  for i, (p0, p1, oc, orow) in enumerate(panels)], out, alpha)
+            _prepare_local(gemm, [(*operands(i, 0), beta if i == 0 else 1.0) for i in range(len(panels))],
+                           out, alpha)
         while nxt < len(panels) and nxt < depth:
             issue(nxt)
             nxt += 1

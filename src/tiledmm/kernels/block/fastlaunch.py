@@ -131,10 +131,11 @@ def replay(fn, a, b, c, **kw):
     """Run ``fn(a, b, c, **kw)`` once, and return a *bound launch* for later calls of the same
     signature -- same shapes, strides, 16-byte alignment of each pointer, and ``kw`` --
     ``go(stream, pa, pb, pc)``, taking only a raw stream and the three data pointers: the
-    compiled kernel, grid and every other argument fixed. None where ``fn`` is not one direct
-    launch of a FastKernel whose only tensors are ``a``, ``b``, ``c`` as its first three
-    arguments (then the caller keeps calling ``fn``); ``fn`` must say it does nothing else
-    (``fn.replayable``)."""
+    compiled kernel, grid and every other argument fixed. ``fn.replayable`` (or its value for
+    (a, b, c) where it is a function) says what ``fn`` does: True -- one direct launch of a
+    FastKernel whose only tensors are ``a``, ``b``, ``c`` as its first three arguments;
+    WORKSPACE -- FastKernel launches and private buffers (``_replay_steps``). None where ``fn``
+    is otherwise (then the caller keeps calling ``fn``)."""
     mode = getattr(fn, "replayable", False)
     if callable(mode):
         mode = mode(a, b, c)

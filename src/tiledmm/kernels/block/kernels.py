@@ -63,7 +63,7 @@ def _tile_product(a_tile, b_tile, rows, cols, M, N, k_len, stride_ak, stride_bk,
     rows, is; so a row-major B needs no copy."""
     ks = tl.arange(0, BLOCK_K)
     if SWAP:
-        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)   # acc^T until the end
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for phase in range(0, tl.cdiv(k_len, BLOCK_K)):
@@ -74,23 +74,22 @@ def _tile_product(a_tile, b_tile, rows, cols, M, N, k_len, stride_ak, stride_bk,
         if UPCAST:  # emulation only: the Triton interpreter's bf16 tl.dot returns garbage (triton 3.9)
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        if SWAP:
-            bt = tl.trans(b)
+        if SWAP:    # the tensor core's operands: (B^T, A^T) or (A, B)
+            x = tl.trans(b)
+            y = tl.trans(a)
             if SWAP == 2:
-                bt = _tf32_bits(bt)
-            if PRECISION == "none":
-                acc_t = tl.dot(bt, tl.trans(a), acc_t)
-            else:
-                acc_t = tl.dot(bt, tl.trans(a), acc_t, input_precision=PRECISION)
+                x = _tf32_bits(x)
         else:
-            if PRECISION == "none":
-                acc = tl.dot(a, b, acc)
-            else:
-                acc = tl.dot(a, b, acc, input_precision=PRECISION)
+            x = a
+            y = b
+        if PRECISION == "none":
+            acc = tl.dot(x, y, acc)
+        else:
+            acc = tl.dot(x, y, acc, input_precision=PRECISION)
         a_tile += BLOCK_K * stride_ak
         b_tile += BLOCK_K * stride_bk
     if SWAP:
-        acc = tl.trans(acc_t)
+        acc = tl.trans(acc)
     return acc
 
 

@@ -132,7 +132,7 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
             continue
         if v.applicable(a, b, c, precision, alpha, beta):
             table = _configs(v, kind, a, c, rM)
-            picked = V.splitk.prune(table, rM, rN, rK, sms, batch) if v.name.startswith("splitk") else \
+            picked = v.prune(table, rM, rN, rK, sms, batch) if v.prune else \
                 C.prune(table, rM, rN, rK, sms, batch, keep=3 if v is V.BLOCKED else 2)
             for cfg in picked:
                 options[f"{v.name}:{_cfg_name(cfg)}"] = (v, cfg)

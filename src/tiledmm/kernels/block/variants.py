@@ -38,6 +38,8 @@ class Variant:
     # how fastlaunch.replay may bind repeat calls: True -- one FastKernel launch on (a, b, c) and nothing
     # else; WORKSPACE -- FastKernel launches and private buffers only; or a function (a, b, c) -> either
     replayable: object = False
+    # prune(configs, M, N, K, sms, batch) -> the configs worth timing; None: the wave model (configs.prune)
+    prune: Callable[..., list] | None = None
 
 
 @functools.lru_cache(maxsize=None)
@@ -135,7 +137,7 @@ def with_kmajor(v: Variant) -> Variant:
         buffer: a 2-D row-major B and a K-contiguous A (else torch copies, which a replay would skip)."""
         return WORKSPACE if v.replayable and a.stride(-1) == 1 and b.dim() == 2 else False
 
-    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable)
+    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune)
 
 
 # -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
@@ -173,9 +175,9 @@ SIMT_ASYNC = Variant("simt-async", _simt_applicable,
 # -- every variant the dispatcher chooses among ----------------------------------------------------
 
 def from_module(mod) -> Variant:
-    """A variant module (NAME, applicable, CONFIGS, launch) as a Variant."""
+    """A variant module (NAME, applicable, CONFIGS, launch; REPLAYABLE, prune where it has them) as a Variant."""
     return Variant(mod.NAME, mod.applicable, lambda kind: mod.CONFIGS.get(kind, []), mod.launch,
-                   getattr(mod, "REPLAYABLE", False))
+                   getattr(mod, "REPLAYABLE", False), getattr(mod, "prune", None))
 
 
 SPLITK = from_module(splitk)
