@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -102,19 +102,11 @@ class Result:
     bound: float
     ms: float | None = None
     tflops: float | None = None
-    vs_cublas: float | None = None
     emulated: bool = False
-    note: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return bool(self.rel_err <= self.bound)  # NaN compares False: an unwritten element fails
-
-    def as_dict(self) -> dict:
-        d = asdict(self)
-        d["ok"] = self.ok
-        return d
 
 
 def flops(shape: tuple) -> float:
@@ -174,10 +166,3 @@ def rotation_for(shape: tuple, dtype: str, l2_bytes: int = 50 * 2**20) -> int:
     one = (batch[0] if batch else 1) * (m * k + k * n + m * n) * itemsize
     return int(min(8, max(1, -(-3 * l2_bytes // one))))
 
-
-def compare_to(results: list[Result], baseline: Callable[[Result], Result | None]) -> None:
-    """Fill ``vs_cublas`` (speed relative to the baseline result for the same problem)."""
-    for r in results:
-        base = baseline(r)
-        if base is not None and base.ms and r.ms:
-            r.vs_cublas = base.ms / r.ms
