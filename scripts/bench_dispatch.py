@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+"""Issue 22's targets, measured through ``tiledmm.matmul`` as a user calls it, against
+``torch.matmul`` in the same process, with ``tiledmm.timing``:
+
+    PYTHONPATH=src python3 scripts/bench_dispatch.py --out bench_dispatch.json
+        [--parts first,loop,percall,picks] [--suites square,irregular,transformer,llm]
+        [--dtypes bf16,fp32] [--quick] [--emulate]
+
+Every measurement runs in a fresh child process (this script, ``--child PART``) with default
+settings (TILEDMM_TUNE unset) and an empty tiledmm cache (TILEDMM_CACHE_DIR, a new temporary
+folder per process); every product is checked against float64 (relative Frobenius error under
+the harness's bound) before or after it is timed.
+
+* first:   the first call of a never-seen shape class (1536^3) in a fresh process, twice per
+           dtype with the same TRITON_CACHE_DIR (empty before the first): "triton-cold" then
+           "triton-warm"; also the second call, a call with another M (1536 - 17) and torch's
+           first and second calls of the same product.
+* loop:    600 calls ``x @ W`` (W 4096 x 4096, M drawn from 1..2048 with --seed), a first and a
+           second pass, wall time with torch.cuda.synchronize at the end, tiledmm and torch.matmul;
+           twice per dtype like "first" (Triton's cache cold, then warm).
+* percall: steady state at 64^3, 256^3, 1024^3: host wall time per call of 200 queued calls
+           (timing.wall_us_per_call) and GPU time per call (timing.time_calls, 4 input sets).
+* picks:   every shape of --suites (bench.SUITES) in one child with default settings and one with
+           TILEDMM_TUNE=on (every choice timed): timing.time_calls of the default pick and of the
+           timed pick (inputs rotated, harness.rotation_for); ratio = timed ms / default ms (1.0:
+           the default is as fast; below 0.90: flagged), torch.matmul's time alongside.
+
+float32 is precision "ieee" (TF32 off for torch too). --quick: every other shape of each suite
+and 3 timed batches instead of 5 (to fit one part into a 10-minute device call: run --parts and
+--suites in pieces). --emulate: toy sizes in emulation (no GPU; numbers say nothing about speed),
+for the CPU test. A short table is printed last; JSON (environment, rows, summary) goes to --out,
+rewritten after each part so a part cut short keeps what finished.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PARTS = ("first", "loop", "percall", "picks")
+DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
+PICK_SUITES = ("square", "irregular", "transformer", "llm")
+GPU_SIZES = dict(first=1536, other_m=1536 - 17, loop_k=4096, loop_max_m=2048, loop_calls=600,
+                 percall=(64, 256, 1024), wall_n=200)
+EMU_SIZES = dict(first=24, other_m=24 - 5, loop_k=32, loop_max_m=16, loop_calls=12, percall=(8, 16), wall_n=4)
+
+
+# ---------------------------------------------------------------- child side (a fresh process)
+
+def _emit(tag: str, obj) -> None:
+    print(tag, json.dumps(obj), flush=True)
+
+
+def _setup(dtype: str):
+    """Import torch and tiledmm; return (torch, tiledmm, torch dtype, device, sizes)."""
+    import torch
+    import tiledmm
+    torch.backends.cuda.matmul.allow_tf32 = False        # fp32 is "ieee" on both sides
+    emu = tiledmm.emulating()
+    return torch, tiledmm, getattr(torch, dtype), ("cpu" if emu else "cuda"), (EMU_SIZES if emu else GPU_SIZES)
+
+
+def _sync(torch, device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _check(torch, got, a, b, dtype: str) -> float:
+    """Relative error of got against float64 a @ b; raises over the harness's bound."""
+    from tiledmm.harness import tolerance
+    ref = a.double() @ b.double()
+    err = float((got.double() - ref).norm() / (ref.norm() or 1.0))
+    if not err <= tolerance(dtype):
+        raise AssertionError(f"{tuple(a.shape)} @ {tuple(b.shape)} {dtype}: rel error {err:.2e} "
+                             f"over {tolerance(dtype):.0e}")
+    return err
+
+
+def _environment(torch, tiledmm) -> dict:
+    import platform
+    env = {"python": platform.python_version(), "torch": torch.__version__, "tiledmm": tiledmm.__version__,
+           "emulated": tiledmm.emulating()}
+    for mod in ("triton", "numba_cuda"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except Exception:   # noqa: BLE001  (absent or versionless: not part of the numbers)
+            env[mod] = None
+    env["device"] = "cpu (emulation)" if tiledmm.emulating() else torch.cuda.get_device_name()
+    return env
+
+
+def child_first(dtype: str, label: str) -> None:
+    t0 = time.perf_counter()
+    torch, tiledmm, dt, dev, S = _setup(dtype)
+    t_import = time.perf_counter() - t0
+    _emit("ENV", _environment(torch, tiledmm))
+    n = S["first"]
+    a, b = torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt)
+    _sync(torch, dev)
+
+    def timed(f, x, y):
+        _sync(torch, dev)
+        t = time.perf_counter()
+        r = f(x, y)
+        _sync(torch, dev)
+        return time.perf_counter() - t, r
+
+    first, c = timed(tiledmm.matmul, a, b)
+    err = _check(torch, c, a, b, dtype)
+    second, _ = timed(tiledmm.matmul, a, b)
+    other, c2 = timed(tiledmm.matmul, a[:S["other_m"]], b)
+    _check(torch, c2, a[:S["other_m"]], b, dtype)
+    torch_first, _ = timed(torch.matmul, a, b)
+    torch_second, _ = timed(torch.matmul, a, b)
+    _emit("ROW", dict(dtype=dtype, shape=[n, n, n], triton_cache=label, import_s=t_import, first_s=first,
+                      second_s=second, other_m=S["other_m"], other_m_s=other, torch_first_s=torch_first,
+                      torch_second_s=torch_second, rel_err=err))
+
+
+def child_loop(dtype: str, label: str, seed: int) -> None:
+    import numpy as np
+    torch, tiledmm, dt, dev, S = _setup(dtype)
+    _emit("ENV", _environment(torch, tiledmm))
+    k, top, calls = S["loop_k"], S["loop_max_m"], S["loop_calls"]
+    ms = [int(m) for m in np.random.default_rng(seed).integers(1, top + 1, calls)]
+    x, w = torch.randn(top, k, device=dev, dtype=dt), torch.randn(k, k, device=dev, dtype=dt)
+
+    def one_pass(f) -> float:
+        _sync(torch, dev)
+        t = time.perf_counter()
+        for m in ms:
+            f(x[:m], w)
+        _sync(torch, dev)
+        return time.perf_counter() - t
+
+    t1, t2 = one_pass(torch.matmul), one_pass(torch.matmul)
+    m1, m2 = one_pass(tiledmm.matmul), one_pass(tiledmm.matmul)
+    errs = [_check(torch, tiledmm.matmul(x[:m], w), x[:m], w, dtype) for m in sorted(set(ms))[::max(1, calls // 8)]]
+    _emit("ROW", dict(dtype=dtype, triton_cache=label, calls=calls, distinct_m=len(set(ms)), n=k, k=k, seed=seed,
+                      torch_pass1_s=t1, torch_pass2_s=t2, tiledmm_pass1_s=m1, tiledmm_pass2_s=m2,
+                      ratio_pass1=m1 / t1, ratio_pass2=m2 / t2, max_rel_err=max(errs)))
+
+
+def child_percall(dtypes: list[str]) -> None:
+    from tiledmm.timing import time_calls, wall_us_per_call
+    for dtype in dtypes:
+        torch, tiledmm, dt, dev, S = _setup(dtype)
+        _emit("ENV", _environment(torch, tiledmm))
+        for n in S["percall"]:
+            sets = [(torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt))
+                    for _ in range(4)]
+            a, b = sets[0]
+            err = _check(torch, tiledmm.matmul(a, b), a, b, dtype)
+            kw = dict(n=S["wall_n"], warmup=max(2, S["wall_n"] // 10))
+            wall_t = wall_us_per_call(lambda: torch.matmul(a, b), **kw)
+            wall_m = wall_us_per_call(lambda: tiledmm.matmul(a, b), **kw)
+            gpu_t = time_calls([lambda x=x, y=y: torch.matmul(x, y) for x, y in sets]) * 1e3
+            gpu_m = time_calls([lambda x=x, y=y: tiledmm.matmul(x, y) for x, y in sets]) * 1e3
+            _emit("ROW", dict(dtype=dtype, n=n, torch_wall_us=wall_t, tiledmm_wall_us=wall_m,
+                              wall_diff_us=wall_m - wall_t, torch_gpu_us=gpu_t, tiledmm_gpu_us=gpu_m, rel_err=err))
+
+
+def pick_shapes(suites: list[str], quick: bool, emulate: bool) -> list[tuple[str, tuple]]:
+    """(suite, shape) to compare picks on; in emulation the toy 'emulation' suite stands in."""
+    from tiledmm.bench import SUITES
+    out = []
+    for s in (["emulation"] if emulate else suites):
+        shapes = SUITES[s]
+        out += [(s, tuple(x)) for x in (shapes[::2] if quick else shapes)]
+    return out
+
+
+def child_picks(mode: str, dtypes: list[str], suites: list[str], quick: bool) -> None:
+    from tiledmm.harness import rotation_for
+    from tiledmm.timing import time_calls
+    batches = 3 if quick else 5
+    for dtype in dtypes:
+        torch, tiledmm, dt, dev, S = _setup(dtype)
+        _emit("ENV", _environment(torch, tiledmm))
+        for suite, shape in pick_shapes(suites, quick, tiledmm.emulating()):
+            *batch, m, k, n = shape
+            rot = 1 if tiledmm.emulating() else rotation_for(shape, dtype)
+            sets = [(torch.randn(*batch, m, k, device=dev, dtype=dt), torch.randn(*batch, k, n, device=dev, dtype=dt))
+                    for _ in range(rot)]
+            a, b = sets[0]
+            t = time.perf_counter()
+            c = tiledmm.matmul(a, b)          # the pick: by the model (default) or timed (TILEDMM_TUNE=on)
+            _sync(torch, dev)
+            pick_s = time.perf_counter() - t
+            row = dict(mode=mode, suite=suite, shape=list(shape), dtype=dtype, pick_s=pick_s,
+                       rel_err=_check(torch, c, a, b, dtype))
+            del c
+            row["ms"] = time_calls([lambda x=x, y=y: tiledmm.matmul(x, y) for x, y in sets], batches=batches)
+            if mode == "default":
+                row["torch_ms"] = time_calls([lambda x=x, y=y: torch.matmul(x, y) for x, y in sets], batches=batches)
+            _emit("ROW", row)
+            del sets, a, b
+    from tiledmm import tuning
+    _emit("CHOICES", {mode: {str(k): str(v) for k, v in tuning.remembered().items()}})
+
+
+def child_main(argv: list[str]) -> None:
+    part, rest = argv[0], argv[1:]
+    if part == "first":
+        child_first(rest[0], rest[1])
+    elif part == "loop":
+        child_loop(rest[0], rest[1], int(rest[2]))
+    elif part == "percall":
+        child_percall(rest[0].split(","))
+    elif part == "picks":
+        child_picks(rest[0], rest[1].split(","), rest[2].split(","), rest[3] == "quick")
+    else:
+        raise SystemExit(f"unknown child part {part!r}")
+
+
+# ---------------------------------------------------------------- parent side
+
+def run_child(args, part_args: list[str], *, triton_cache: str | None = None, tune: bool = False) -> dict:
+    """One fresh process with default settings and an empty tiledmm cache; its ROW/ENV/CHOICES lines."""
+    env = dict(os.environ, TILEDMM_CACHE_DIR=tempfile.mkdtemp(prefix="tiledmm-bench-cache-"), TILEDMM_QUIET="1")
+    env.pop("TILEDMM_TUNE", None)
+    if tune:
+        env["TILEDMM_TUNE"] = "on"
+    if triton_cache:
+        env["TRITON_CACHE_DIR"] = triton_cache
+    if args.emulate:
+        env["TILEDMM_EMULATE"] = "1"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *part_args]
+    got = {"rows": [], "env": None, "choices": {}, "error": None}
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.child_timeout)
+        out, err, code = r.stdout, r.stderr, r.returncode
+    except subprocess.TimeoutExpired as e:       # keep what finished
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err, code = f"timed out after {args.child_timeout} s", -1
+    for line in out.splitlines():
+        tag, _, body = line.partition(" ")
+        if tag == "ROW":
+            got["rows"].append(json.loads(body))
+        elif tag == "ENV":
+            got["env"] = json.loads(body)
+        elif tag == "CHOICES":
+            got["choices"].update(json.loads(body))
+    if code:
+        got["error"] = (err or "")[-3000:]
+        print(f"[{' '.join(part_args)}] failed (exit {code}):\n{got['error']}", file=sys.stderr)
+    return got
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def summarize_picks(rows: list[dict]) -> dict:
+    """Per dtype (and suite): geomean of timed ms / default ms, the shapes below 0.90, default vs torch."""
+    key = lambda r: (r["suite"], tuple(r["shape"]), r["dtype"])     # noqa: E731
+    timed = {key(r): r for r in rows if r["mode"] == "timed"}
+    pairs = [(d, timed[key(d)]) for d in rows if d["mode"] == "default" and key(d) in timed]
+    out = {}
+    for dtype in dict.fromkeys(d["dtype"] for d, _ in pairs):
+        sub = [(d, t) for d, t in pairs if d["dtype"] == dtype]
+        ratio = {key(d): t["ms"] / d["ms"] for d, t in sub if d["ms"] and t["ms"]}
+        out[dtype] = {
+            "n": len(ratio), "geomean_timed_over_default": geomean(list(ratio.values())),
+            "per_suite": {s: geomean([v for k, v in ratio.items() if k[0] == s]) for s in dict.fromkeys(k[0] for k in ratio)},
+            "below_0.90": [{"suite": k[0], "shape": list(k[1]), "ratio": v} for k, v in ratio.items() if v < 0.90],
+            "geomean_torch_over_default": geomean([d["torch_ms"] / d["ms"] for d, _ in sub
+                                                   if d.get("torch_ms") and d["ms"]]),
+        }
+    return out
+
+
+def table(doc: dict) -> str:
+    lines = [f"== {doc['environment'].get('device')}  torch {doc['environment'].get('torch')}  "
+             f"triton {doc['environment'].get('triton')}  tiledmm {doc['environment'].get('tiledmm')}"]
+    if doc.get("first"):
+        lines.append("first call, fresh process, empty tiledmm cache (s): first / second / another M / torch first")
+        for r in doc["first"]:
+            lines.append(f"  {r['dtype']:9} {r['triton_cache']:12} {r['first_s']:8.3f} {r['second_s']:8.4f} "
+                         f"{r['other_m_s']:8.4f} {r['torch_first_s']:8.3f}   (import {r['import_s']:.2f})")
+    if doc.get("loop"):
+        lines.append("random-M loop x @ W (s): tiledmm pass 1 / pass 2 vs torch pass 1 / pass 2 (ratio)")
+        for r in doc["loop"]:
+            lines.append(f"  {r['dtype']:9} {r['triton_cache']:12} {r['tiledmm_pass1_s']:8.3f} {r['tiledmm_pass2_s']:8.4f}"
+                         f"  vs {r['torch_pass1_s']:8.3f} {r['torch_pass2_s']:8.4f}"
+                         f"  ({r['ratio_pass1']:.2f}x, {r['ratio_pass2']:.2f}x)")
+    if doc.get("percall"):
+        lines.append("per call, steady state (us): wall torch / tiledmm (diff); GPU torch / tiledmm")
+        for r in doc["percall"]:
+            lines.append(f"  {r['dtype']:9} {r['n']:5}^3 {r['torch_wall_us']:8.1f} {r['tiledmm_wall_us']:8.1f} "
+                         f"({r['wall_diff_us']:+6.1f})  {r['torch_gpu_us']:8.1f} {r['tiledmm_gpu_us']:8.1f}")
+    for dtype, s in (doc.get("summary", {}).get("picks") or {}).items():
+        g, gt = s["geomean_timed_over_default"], s["geomean_torch_over_default"]
+        lines.append(f"picks {dtype}: timed/default geomean {g:.3f} over {s['n']} shapes" if g else f"picks {dtype}: -")
+        lines.append("  per suite: " + ", ".join(f"{k} {v:.3f}" for k, v in s["per_suite"].items() if v)
+                     + (f"; default vs torch geomean {gt:.3f}" if gt else ""))
+        lines.append("  below 0.90: " + (", ".join(f"{b['suite']} {'x'.join(map(str, b['shape']))} {b['ratio']:.2f}"
+                                                   for b in s["below_0.90"]) or "none"))
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {PARTS}")
+    ap.add_argument("--suites", default=",".join(PICK_SUITES), help="bench suites for 'picks'")
+    ap.add_argument("--dtypes", default="bf16,fp32", help=f"comma-separated, of {tuple(DTYPES)}")
+    ap.add_argument("--quick", action="store_true", help="'picks' on every other shape, 3 timed batches")
+    ap.add_argument("--emulate", action="store_true", help="toy sizes in emulation (no GPU; not speed)")
+    ap.add_argument("--seed", type=int, default=0, help="the loop's M sequence")
+    ap.add_argument("--child-timeout", type=int, default=560, help="seconds per child process")
+    ap.add_argument("--out", type=Path, default=Path("bench_dispatch.json"))
+    args = ap.parse_args(argv)
+    from tiledmm.bench import SUITES
+    for name, have, allowed in (("part", args.parts, PARTS), ("suite", args.suites, SUITES),
+                                ("dtype", args.dtypes, DTYPES)):
+        bad = [x for x in have.split(",") if x not in allowed]
+        if bad:
+            ap.error(f"unknown {name} {bad[0]!r}; choose from {list(allowed)}")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
+    doc = {"environment": {}, "args": {k: str(v) for k, v in vars(args).items()}}
+    failed = False
+
+    def keep(part: str, got: dict) -> None:
+        nonlocal failed
+        doc.setdefault(part, []).extend(got["rows"])
+        doc["environment"] = doc["environment"] or got["env"] or {}
+        doc.setdefault("choices", {}).update(got["choices"])
+        if got["error"]:
+            failed = True
+            doc.setdefault("errors", []).append({"part": part, "error": got["error"]})
+
+    passes = ("emulated",) if args.emulate else ("triton-cold", "triton-warm")
+    for part in args.parts.split(","):
+        if part in ("first", "loop"):
+            for dtype in dtypes:
+                triton_cache = tempfile.mkdtemp(prefix="tiledmm-bench-triton-")   # empty, then warm
+                for label in passes:
+                    extra = [str(args.seed)] if part == "loop" else []
+                    keep(part, run_child(args, [part, dtype, label, *extra], triton_cache=triton_cache))
+        elif part == "percall":
+            keep(part, run_child(args, ["percall", ",".join(dtypes)]))
+        elif part == "picks":
+            for mode in ("default", "timed"):
+                keep(part, run_child(args, ["picks", mode, ",".join(dtypes), args.suites,
+                                            "quick" if args.quick else "full"], tune=mode == "timed"))
+            doc.setdefault("summary", {})["picks"] = summarize_picks(doc.get("picks", []))
+        args.out.write_text(json.dumps(doc, indent=1))
+    print(table(doc))
+    print(f"wrote {args.out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        child_main(sys.argv[2:])
+    else:
+        sys.exit(main())
