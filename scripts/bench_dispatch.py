@@ -269,7 +269,8 @@ def summarize_picks(rows: list[dict]) -> dict:
         ratio = {key(d): t["ms"] / d["ms"] for d, t in sub if d["ms"] and t["ms"]}
         out[dtype] = {
             "n": len(ratio), "geomean_timed_over_default": geomean(list(ratio.values())),
-            "per_suite": {s: geomean([v for k, v in ratio.items() if k[0] == s]) for s in dict.fromkeys(k[0] for k in ratio)},
+            "per_suite": {s: geomean([v for k, v in ratio.items() if k[0] == s])
+                          for s in dict.fromkeys(k[0] for k in ratio)},
             "below_0.90": [{"suite": k[0], "shape": list(k[1]), "ratio": v} for k, v in ratio.items() if v < 0.90],
             "geomean_torch_over_default": geomean([d["torch_ms"] / d["ms"] for d, _ in sub
                                                    if d.get("torch_ms") and d["ms"]]),
@@ -288,7 +289,8 @@ def table(doc: dict) -> str:
     if doc.get("loop"):
         lines.append("random-M loop x @ W (s): tiledmm pass 1 / pass 2 vs torch pass 1 / pass 2 (ratio)")
         for r in doc["loop"]:
-            lines.append(f"  {r['dtype']:9} {r['triton_cache']:12} {r['tiledmm_pass1_s']:8.3f} {r['tiledmm_pass2_s']:8.4f}"
+            lines.append(f"  {r['dtype']:9} {r['triton_cache']:12} {r['tiledmm_pass1_s']:8.3f} "
+                         f"{r['tiledmm_pass2_s']:8.4f}"
                          f"  vs {r['torch_pass1_s']:8.3f} {r['torch_pass2_s']:8.4f}"
                          f"  ({r['ratio_pass1']:.2f}x, {r['ratio_pass2']:.2f}x)")
     if doc.get("percall"):
@@ -307,7 +309,8 @@ def table(doc: dict) -> str:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {PARTS}")
     ap.add_argument("--suites", default=",".join(PICK_SUITES), help="bench suites for 'picks'")
     ap.add_argument("--dtypes", default="bf16,fp32", help=f"comma-separated, of {tuple(DTYPES)}")

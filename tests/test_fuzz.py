@@ -1,30 +1,14 @@
-"""scripts/fuzz.py, the randomized contract checker: a short run in emulation must find nothing
-(beyond the library bugs listed in KNOWN, each pinned by its own strict xfail below), and the
-checker must flag a wrong answer, a modified input, a refusal and a crash when it sees one."""
+"""tiledmm.testing (scripts/fuzz.py's engine), the randomized contract checker: a short run in
+emulation must find nothing (beyond the library bugs listed in KNOWN, each pinned by its own strict
+xfail below), and the checker must flag a wrong answer, a modified input, a refusal and a crash when it sees one."""
 from __future__ import annotations
-
-import importlib.util
-import pathlib
-import re
-import sys
 
 import numpy as np
 import pytest
 
 from tests.conftest import GPU
+from tiledmm import testing as fuzz
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("tiledmm_fuzz", ROOT / "scripts" / "fuzz.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["tiledmm_fuzz"] = mod      # dataclasses look their module up by name
-    spec.loader.exec_module(mod)
-    return mod
-
-
-fuzz = _load()
 ENV = fuzz.Env.detect(None if GPU else 16)
 SEED, CASES = 20240909, (30 if GPU else 40)
 
