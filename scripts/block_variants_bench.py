@@ -22,7 +22,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import time
 import traceback
@@ -31,6 +30,8 @@ import types
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
 os.environ.setdefault("TILEDMM_QUIET", "1")
+
+from compile_workers import add_args, compile_shard, precompile  # noqa: E402  (scripts/ is sys.path[0])
 
 
 def _imports():
@@ -143,26 +144,22 @@ def worker(args):
     """Compile (launch once) this shard's points into the shared Triton cache."""
     import torch
     mods, _, _ = _imports()
-    pts = plan(args, mods)[args.shard::args.jobs]
     inputs = {}
-    for (s, p, name, idx) in pts:
-        key = (s, p)
-        if key not in inputs:
+
+    def launch(pt):
+        s, p, name, idx = pt
+        if (s, p) not in inputs:
             inputs.clear()
-            inputs[key] = make_inputs(torch, s, p, 1, 0)[0]
-        a, b, c = inputs[key]
-        mod = mods[name]
-        prec = PRECS[p][1]
-        tma_ok = mods["tma-persistent"].applicable(a, b, c, prec)
-        if not variant_ok(mod, a, b, c, prec, tma_ok):
-            continue
-        try:
-            mod.launch(a, b, c, precision=prec, alpha=1.0, beta=0.0, config=config_for(mod, s, p, idx))
-            if idx is None:   # the alpha/beta specialisation of the heuristic config too
-                mod.launch(a, b, c, precision=prec, alpha=0.5, beta=2.0, config=config_for(mod, s, p, idx))
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001  (the main process reports it)
-            print(f"[worker {args.shard}] {name} {s} {p} cfg {idx}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            inputs[(s, p)] = make_inputs(torch, s, p, 1, 0)[0]
+        a, b, c = inputs[(s, p)]
+        mod, prec = mods[name], PRECS[p][1]
+        if not variant_ok(mod, a, b, c, prec, mods["tma-persistent"].applicable(a, b, c, prec)):
+            return
+        mod.launch(a, b, c, precision=prec, alpha=1.0, beta=0.0, config=config_for(mod, s, p, idx))
+        if idx is None:   # the alpha/beta specialisation of the heuristic config too
+            mod.launch(a, b, c, precision=prec, alpha=0.5, beta=2.0, config=config_for(mod, s, p, idx))
+
+    compile_shard(plan(args, mods), args, launch, torch.cuda.synchronize)
 
 
 def graph_ms(torch, time_calls, calls, flops):
@@ -216,20 +213,9 @@ def main(args):
     say(f"# block_variants_bench {time.strftime('%Y-%m-%d %H:%M')} device={dev} torch={torch.__version__} "
         f"triton={triton.__version__} imports={how} sweep={args.sweep}")
     pts = plan(args, mods)
-    say(f"# {len(pts)} points; precompile with {args.jobs} workers")
-    if args.jobs > 1:
-        t0 = time.time()
-        procs = [subprocess.Popen([sys.executable, __file__, "--worker", "--shard", str(i), "--jobs", str(args.jobs),
-                                   "--suites", ",".join(args.suites), "--precisions", ",".join(args.precisions)]
-                                  + (["--sweep"] if args.sweep else []))
-                 for i in range(args.jobs)]
-        for pr in procs:
-            try:
-                pr.wait(timeout=max(10, args.compile_s - (time.time() - t0)))
-            except subprocess.TimeoutExpired:
-                pr.kill()
-                say("# a compile worker ran out of time (killed)")
-        say(f"# precompile {time.time() - t0:.1f} s")
+    say(f"# {len(pts)} points")
+    precompile(__file__, args, ["--suites", ",".join(args.suites), "--precisions", ",".join(args.precisions)]
+               + (["--sweep"] if args.sweep else []), say)
 
     results, failures, torch_ms, torch_graph_ms = [], [], {}, {}
     winners_compiled = {}
@@ -386,10 +372,7 @@ if __name__ == "__main__":
     ap.add_argument("--suites", default="square,irregular,transformer,small")
     ap.add_argument("--precisions", default="bf16,fp16,tf32")
     ap.add_argument("--budget-s", type=float, default=230.0)
-    ap.add_argument("--compile-s", type=float, default=120.0)
-    ap.add_argument("--jobs", type=int, default=12)
-    ap.add_argument("--worker", action="store_true")
-    ap.add_argument("--shard", type=int, default=0)
+    add_args(ap, jobs=12, compile_s=120.0)
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
     a.suites = a.suites.split(",")

@@ -1,7 +1,8 @@
-"""Issue 10's numbers in one run: per-call cost of tiledmm.matmul against torch.matmul,
-the small-problem ratio, the first call of a known shape class in a fresh process.
+"""Per-call cost of tiledmm.matmul against torch.matmul (written for issue 10), the small-problem
+ratio, the first call of a known shape class in a fresh process. (Issue 22's targets -- a never-seen
+class, the random-M loop, default vs timed picks -- are scripts/bench_dispatch.py's.)
 
-    PYTHONPATH=src python3 scripts/dispatch_bench.py [--quick]
+    PYTHONPATH=src python3 scripts/bench_call_cost.py [--quick]
 
 Every timed configuration is checked against float64 first (fresh random inputs,
 NaN-poisoned output). Wall time per call: 200 queued calls, synchronised at the end

@@ -1,14 +1,16 @@
-"""Issue 11: forced (variant, config) candidates on the shapes furthest behind cuBLAS, on the H100.
+"""A probe of the block (Triton) family: forced (variant, config) candidates on the shapes furthest
+behind cuBLAS, on the H100 (written for issue 11).
 
-    python scripts/issue11_probe.py [--only tf32,bf16] [--jobs 12] [--budget-s 400]
+    python scripts/block_probe.py [--only tf32,bf16] [--jobs 12] [--budget-s 400]
 
 Each candidate goes through the dispatcher's forced path (``kernels.block.matmul.launch`` with
 ``variant=`` and ``config=``, as ``tiledmm.matmul(..., variant=, config=)`` does), is checked
 against float64 (fresh random inputs, NaN-poisoned output) and only then timed with
 ``tiledmm.timing.time_calls`` (rotated input sets) against ``torch.matmul(out=)`` with the matching
 precision in the same process. Compiles run first, in parallel worker processes sharing Triton's
-cache. Prints, last, per shape: cuBLAS, the best candidate and its ratio; and the SASS facts
-(HGMMA forms, shared-memory traffic) of the swapped tf32 kernels, to see where B^T is read from.
+cache (compile_workers.py). Prints, last, per shape: cuBLAS, the best candidate and its ratio; and
+the SASS facts (HGMMA forms, shared-memory traffic) of the swapped tf32 kernels, to see where B^T
+is read from.
 """
 from __future__ import annotations
 
@@ -16,13 +18,14 @@ import argparse
 import math
 import os
 import re
-import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "src"))
 os.environ.setdefault("TILEDMM_QUIET", "1")
+
+from compile_workers import add_args, compile_shard, precompile  # noqa: E402  (scripts/ is sys.path[0])
 
 PRECS = {"bf16": ("bfloat16", "none"), "fp16": ("float16", "none"), "tf32": ("float32", "tf32")}
 TOL = {"bf16": 1.5e-2, "fp16": 5e-3, "tf32": 3e-3}
@@ -118,17 +121,15 @@ def run(launch, a, b, out, p, v, cfg):
 
 
 def worker(args):
+    """Compile (launch once) this shard's candidates into the shared Triton cache."""
     import torch
     from tiledmm.kernels.block.matmul import launch
-    pts = plan(args.only, args.host)[args.shard::args.jobs]
-    for s, p, i, v, cfg in pts:
-        a, b, out = inputs(torch, s, p, 1, 0)[0]
-        try:
-            run(launch, a, b, out, p, v, cfg)
-            torch.cuda.synchronize()
-        except Exception as e:  # noqa: BLE001  (the main process reports it)
-            print(f"[worker {args.shard}] {s} {p} {v} {cfg}: {type(e).__name__}: {str(e)[:200]}", flush=True)
-        del a, b, out
+
+    def one(pt):
+        s, p, i, v, cfg = pt
+        run(launch, *inputs(torch, s, p, 1, 0)[0], p, v, cfg)
+
+    compile_shard(plan(args.only, args.host), args, one, torch.cuda.synchronize)
 
 
 def sass_of(torch, s, cfg, prec="tf32"):
@@ -193,20 +194,12 @@ def main(args):
     from tiledmm.kernels.block.matmul import launch
     from tiledmm.timing import device_and_host, time_calls
     t0 = time.time()
-    print(f"# issue11_probe {time.strftime('%Y-%m-%d %H:%M')} {torch.cuda.get_device_name()} torch {torch.__version__} "
+    print(f"# block_probe {time.strftime('%Y-%m-%d %H:%M')} {torch.cuda.get_device_name()} torch {torch.__version__} "
           f"triton {triton.__version__}", flush=True)
     pts = plan(args.only, args.host)
-    print(f"# {len(pts)} candidates; compiling with {args.jobs} workers", flush=True)
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", "--shard", str(i), "--jobs", str(args.jobs),
-                               "--only", ",".join(args.only)] + (["--host"] if args.host else []))
-             for i in range(args.jobs)]
-    for pr in procs:
-        try:
-            pr.wait(timeout=max(10.0, args.compile_s - (time.time() - t0)))
-        except subprocess.TimeoutExpired:
-            pr.kill()
-            print("# a compile worker ran out of time (killed)", flush=True)
-    print(f"# compiled in {time.time() - t0:.0f} s", flush=True)
+    print(f"# {len(pts)} candidates", flush=True)
+    precompile(__file__, args, ["--only", ",".join(args.only)] + (["--host"] if args.host else []),
+               lambda m: print(m, flush=True))
 
     rows = []
     by = {}
@@ -272,12 +265,9 @@ def main(args):
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="tf32,bf16")
-    ap.add_argument("--jobs", type=int, default=12)
     ap.add_argument("--budget-s", type=float, default=420.0)
-    ap.add_argument("--compile-s", type=float, default=150.0)
     ap.add_argument("--host", action="store_true", help="the small shapes, GPU and host time apart, + extras")
-    ap.add_argument("--worker", action="store_true")
-    ap.add_argument("--shard", type=int, default=0)
+    add_args(ap, jobs=12, compile_s=150.0)
     a = ap.parse_args()
     a.only = a.only.split(",")
     (worker if a.worker else main)(a)
