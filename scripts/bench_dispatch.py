@@ -28,8 +28,9 @@ the harness's bound) before or after it is timed.
 float32 is precision "ieee" (TF32 off for torch too). --quick: every other shape of each suite
 and 3 timed batches instead of 5 (to fit one part into a 10-minute device call: run --parts and
 --suites in pieces). --emulate: toy sizes in emulation (no GPU; numbers say nothing about speed),
-for the CPU test. A short table is printed last; JSON (environment, rows, summary) goes to --out,
-rewritten after each part so a part cut short keeps what finished.
+for the CPU test. --budget-s: the whole run's time; a child gets what is left and later ones are
+skipped. A short table is printed last; JSON (environment, rows, summary) goes to --out, rewritten
+after each child process so a run cut short keeps what finished.
 """
 from __future__ import annotations
 
@@ -233,12 +234,19 @@ def run_child(args, part_args: list[str], *, triton_cache: str | None = None, tu
         env["TILEDMM_EMULATE"] = "1"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *part_args]
     got = {"rows": [], "env": None, "choices": {}, "error": None}
+    timeout = args.child_timeout
+    if args.budget_s is not None:
+        timeout = min(timeout, args.budget_s - (time.perf_counter() - args.started))
+        if timeout < 5:
+            got["error"] = f"not run: the --budget-s of {args.budget_s} s is spent"
+            print(f"[{' '.join(part_args)}] {got['error']}", file=sys.stderr)
+            return got
     try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.child_timeout)
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
         out, err, code = r.stdout, r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:       # keep what finished
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err, code = f"timed out after {args.child_timeout} s", -1
+        err, code = f"timed out after {timeout:.0f} s", -1
     for line in out.splitlines():
         tag, _, body = line.partition(" ")
         if tag == "ROW":
@@ -318,6 +326,8 @@ def parse_args(argv=None):
     ap.add_argument("--emulate", action="store_true", help="toy sizes in emulation (no GPU; not speed)")
     ap.add_argument("--seed", type=int, default=0, help="the loop's M sequence")
     ap.add_argument("--child-timeout", type=int, default=560, help="seconds per child process")
+    ap.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run: a child gets at most "
+                    "what is left (what it printed is kept), later ones are skipped (for 10-minute device calls)")
     ap.add_argument("--out", type=Path, default=Path("bench_dispatch.json"))
     args = ap.parse_args(argv)
     from tiledmm.bench import SUITES
@@ -331,8 +341,9 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    args.started = time.perf_counter()
     dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
-    doc = {"environment": {}, "args": {k: str(v) for k, v in vars(args).items()}}
+    doc = {"environment": {}, "args": {k: str(v) for k, v in vars(args).items() if k != "started"}}
     failed = False
 
     def keep(part: str, got: dict) -> None:
@@ -343,6 +354,7 @@ def main(argv=None) -> int:
         if got["error"]:
             failed = True
             doc.setdefault("errors", []).append({"part": part, "error": got["error"]})
+        args.out.write_text(json.dumps(doc, indent=1))       # after every child: a cut run keeps the rest
 
     passes = ("emulated",) if args.emulate else ("triton-cold", "triton-warm")
     for part in args.parts.split(","):
@@ -359,7 +371,7 @@ def main(argv=None) -> int:
                 keep(part, run_child(args, ["picks", mode, ",".join(dtypes), args.suites,
                                             "quick" if args.quick else "full"], tune=mode == "timed"))
             doc.setdefault("summary", {})["picks"] = summarize_picks(doc.get("picks", []))
-        args.out.write_text(json.dumps(doc, indent=1))
+            args.out.write_text(json.dumps(doc, indent=1))
     print(table(doc))
     print(f"wrote {args.out}")
     return 1 if failed else 0
