@@ -25,7 +25,6 @@ import re
 import sys
 import time
 import traceback
-import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "src")
@@ -35,27 +34,12 @@ from compile_workers import add_args, compile_shard, precompile  # noqa: E402  (
 
 
 def _imports():
-    """The variant modules and the timing method; without running tiledmm's package __init__s
-    (the API core is being rebuilt and may not import at every moment)."""
+    """The variant modules by name, and the timing method."""
     if SRC not in sys.path:
         sys.path.insert(0, SRC)
-    try:
-        from tiledmm.kernels.block import kmajor_cache, splitk, tma_copy, tma_persistent  # noqa: F401
-        from tiledmm.timing import time_calls
-        how = "package"
-    except Exception:  # noqa: BLE001
-        for k in [k for k in sys.modules if k == "tiledmm" or k.startswith("tiledmm.")]:
-            del sys.modules[k]
-        for name, path in [("tiledmm", "tiledmm"), ("tiledmm.kernels", "tiledmm/kernels"),
-                           ("tiledmm.kernels.block", "tiledmm/kernels/block")]:
-            m = types.ModuleType(name)
-            m.__path__ = [os.path.join(SRC, path)]
-            sys.modules[name] = m
-        from tiledmm.kernels.block import kmajor_cache, splitk, tma_copy, tma_persistent  # noqa: F401
-        from tiledmm.timing import time_calls
-        how = "standalone (package __init__ did not import)"
-    mods = {m.NAME: m for m in (tma_persistent, tma_copy, kmajor_cache, splitk)}
-    return mods, time_calls, how
+    from tiledmm.kernels.block import kmajor_cache, splitk, tma_copy, tma_persistent
+    from tiledmm.timing import time_calls
+    return {m.NAME: m for m in (tma_persistent, tma_copy, kmajor_cache, splitk)}, time_calls
 
 
 SUITES = {
@@ -143,7 +127,7 @@ def rel_err(torch, out, ref):
 def worker(args):
     """Compile (launch once) this shard's points into the shared Triton cache."""
     import torch
-    mods, _, _ = _imports()
+    mods, _ = _imports()
     inputs = {}
 
     def launch(pt):
@@ -208,10 +192,10 @@ def main(args):
         print(line, flush=True)
         log.write(line + "\n")
 
-    mods, time_calls, how = _imports()
+    mods, time_calls = _imports()
     dev = torch.cuda.get_device_name()
     say(f"# block_variants_bench {time.strftime('%Y-%m-%d %H:%M')} device={dev} torch={torch.__version__} "
-        f"triton={triton.__version__} imports={how} sweep={args.sweep}")
+        f"triton={triton.__version__} sweep={args.sweep}")
     pts = plan(args, mods)
     say(f"# {len(pts)} points")
     precompile(__file__, args, ["--suites", ",".join(args.suites), "--precisions", ",".join(args.precisions)]
