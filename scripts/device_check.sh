@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Everything tiledmm checks and times on a GPU, in one call of the device tool.
-#   scripts/device_check.sh [smoke|ladder|sweep|bench|profile|all] [more modes...]
+#   scripts/device_check.sh [smoke|ladder|sweep|bench|profile|dispatch|all] [more modes...]
+# (dispatch: issue 22's first call, random-M loop and per-call cost by scripts/bench_dispatch.py; its
+#  default-vs-timed picks take longer: run `bench_dispatch.py --parts picks --suites S --budget-s 540` per suite)
 # Logs and result files go to $OUT (or ./out); the short tables are printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,5 +51,10 @@ if [[ $what == *" profile "* || $what == *" all "* ]]; then
   bash scripts/sanitize.sh 2>&1 | tee "$OUT/sanitizer.txt" | tail -20
   stamp "ncu vs model"
   OUT=$OUT bash scripts/ncu_check.sh 2048 2>&1 | tee "$OUT/ncu.txt" | tail -8
+fi
+if [[ $what == *" dispatch "* || $what == *" all "* ]]; then
+  stamp "issue 22: first call (Triton cold/warm), random-M loop, per call vs torch.matmul"
+  python3 scripts/bench_dispatch.py --parts first,loop,percall --budget-s 540 --out "$OUT/bench_dispatch.json" \
+    2>&1 | tee "$OUT/bench_dispatch.txt" | tail -20
 fi
 stamp "done"
