@@ -261,6 +261,19 @@ def run_child(args, part_args: list[str], *, triton_cache: str | None = None, tu
     return got
 
 
+def _commit() -> str | None:
+    """The checkout's commit (with '+dirty' for local changes), to tell before from after."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (sha + ("+dirty" if dirty else "")) or None
+
+
 def geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x and x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
@@ -349,7 +362,8 @@ def main(argv=None) -> int:
     def keep(part: str, got: dict) -> None:
         nonlocal failed
         doc.setdefault(part, []).extend(got["rows"])
-        doc["environment"] = doc["environment"] or got["env"] or {}
+        if not doc["environment"] and got["env"]:
+            doc["environment"] = dict(got["env"], commit=_commit())
         doc.setdefault("choices", {}).update(got["choices"])
         if got["error"]:
             failed = True
