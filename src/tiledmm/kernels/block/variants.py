@@ -15,13 +15,14 @@ torch tensors on the kernels' device with any strides (``tma`` takes fewer, see 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..._backend import emulating
 from . import configs as C
 from . import kmajor_cache, splitk, tma_copy, tma_persistent
-from ._vcommon import capability, cdiv, ensure_allocator, num_sms, smem_limit  # noqa: F401  (smem_limit: for matmul.py)
+from ._vcommon import capability, cdiv, ensure_allocator, num_sms
+from .heuristics import Traits
 from .fastlaunch import WORKSPACE, FastKernel
 from .transpose import k_major
 from .kernels import matmul_kernel, matmul_tma_persistent_kernel
@@ -40,6 +41,10 @@ class Variant:
     replayable: object = False
     # prune(configs, M, N, K, sms, batch) -> the configs worth timing; None: the wave model (configs.prune)
     prune: Callable[..., list] | None = None
+    # how it runs, for the no-timing model (heuristics.py): persistence, split, speed, copies
+    traits: Traits = Traits()
+    # it picks its own config when the caller forces it without one (the module variants)
+    own_config: Callable[..., dict] | None = None
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,7 +83,8 @@ def _blocked_launch(a, b, c, *, precision, alpha, beta, config):
            sb, b.stride(-2), b.stride(-1), sc, c.stride(-2), c.stride(-1), float(alpha), float(beta))
 
 
-BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True)
+BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True,
+                  traits=Traits(speed=splitk.TRAITS.speed))   # split-K runs the blocked kernel's pieces
 
 
 # -- TMA, persistent (Hopper) ---------------------------------------------------------------------
@@ -110,7 +116,8 @@ def _tma_launch(a, b, c, *, precision, alpha, beta, config):
     fk(grid, a, b, c, M, N, K, a.stride(0), b.stride(0), b.stride(1), c.stride(0))
 
 
-TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True)
+TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True,
+              traits=Traits(persistent=True, tma_store=True, speed=lambda p, cfg: 0.95))
 
 
 # -- tf32 with K-major operands ------------------------------------------------------------------
@@ -137,7 +144,14 @@ def with_kmajor(v: Variant) -> Variant:
         buffer: a 2-D row-major B and a K-contiguous A (else torch copies, which a replay would skip)."""
         return WORKSPACE if v.replayable and a.stride(-1) == 1 and b.dim() == 2 else False
 
-    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune)
+    def copies(a, b, c, precision) -> int:
+        return (a.numel() * a.element_size() if a.stride(-1) != 1 else 0) + \
+            (b.numel() * b.element_size() if b.stride(-2) != 1 else 0)
+
+    t = v.traits
+    traits = Traits(persistent=t.persistent, tma_store=t.tma_store, split=t.split,
+                    speed=lambda p, cfg: t.speed(replace(p, b_kmajor=True), cfg), copies=copies)
+    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune, traits, v.own_config)
 
 
 # -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
@@ -169,15 +183,17 @@ def _simt(bm: int, bn: int, bk: int, name: str) -> dict:
 SIMT_ASYNC = Variant("simt-async", _simt_applicable,
                      lambda kind: [_simt(64, 128, 16, "64x128x16-w32x64-t8x8-s3-m4"),
                                    _simt(128, 128, 16, "128x128x16-w32x64-t8x8-s3-m2")] if kind == "ieee" else [],
-                     _simt_launch)
+                     _simt_launch, traits=Traits(modelled=False))
 
 
 # -- every variant the dispatcher chooses among ----------------------------------------------------
 
 def from_module(mod) -> Variant:
-    """A variant module (NAME, applicable, CONFIGS, launch; REPLAYABLE, prune where it has them) as a Variant."""
+    """A variant module (NAME, applicable, CONFIGS, launch, heuristic; REPLAYABLE, prune, TRAITS
+    where it has them) as a Variant."""
     return Variant(mod.NAME, mod.applicable, lambda kind: mod.CONFIGS.get(kind, []), mod.launch,
-                   getattr(mod, "REPLAYABLE", False), getattr(mod, "prune", None))
+                   getattr(mod, "REPLAYABLE", False), getattr(mod, "prune", None), getattr(mod, "TRAITS", Traits()),
+                   mod.heuristic)
 
 
 SPLITK = from_module(splitk)
