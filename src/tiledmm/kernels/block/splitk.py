@@ -24,13 +24,13 @@ from .heuristics import Traits
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .kernels import _epilogue, _tile_id, _tile_product  # noqa: E402  (the blocked kernel's pieces)
+from .kernels import NO_SPECIALISE, _epilogue, _tile_id, _tile_product  # noqa: E402  (the blocked kernel's pieces)
 
 NAME = "splitk"
 REPLAYABLE = WORKSPACE   # FastKernel launches and a private workspace only (fastlaunch.replay binds it)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALISE)   # one compile for every M (kernels.py says why)
 def splitk_kernel(a_ptr, b_ptr, o_ptr, M, N, K, K_PER_SPLIT,
                   s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_os, s_ob, s_om, s_on,
                   alpha, beta,
