@@ -21,7 +21,7 @@ from typing import Callable
 from ..._backend import emulating
 from . import configs as C
 from . import kmajor_cache, splitk, tma_copy, tma_persistent
-from ._vcommon import capability, cdiv, ensure_allocator, num_sms
+from ._vcommon import cdiv, ensure_allocator, hopper, index_of, num_sms
 from .heuristics import Traits
 from .fastlaunch import WORKSPACE, FastKernel
 from .transpose import k_major
@@ -92,7 +92,7 @@ BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLO
 def tma_applicable(a, b, c, precision, alpha, beta) -> bool:
     """A Hopper GPU, 2-D, plain C = A @ B, unit inner strides and 16-byte aligned row
     strides and bases (the copy engine's rules); tf32 also needs B K-major (wgmma)."""
-    if emulating() or a.dim() != 2 or b.dim() != 2 or alpha != 1.0 or beta != 0.0 or capability()[0] < 9:
+    if not hopper(a) or a.dim() != 2 or b.dim() != 2 or alpha != 1.0 or beta != 0.0:
         return False
     esize = a.element_size()
     b_lead = b.stride(0) if b.stride(1) == 1 else (b.stride(1) if b.stride(0) == 1 else None)
@@ -109,7 +109,7 @@ def _tma_launch(a, b, c, *, precision, alpha, beta, config):
     M, K = a.shape
     N = b.shape[-1]
     kmajor = b.stride(0) == 1 and b.stride(1) != 1
-    sms = num_sms()
+    sms = num_sms(index_of(c))
     fk = _fast(matmul_tma_persistent_kernel, tuple(config.items()),
                (("PRECISION", precision), ("B_KMAJOR", kmajor), ("NUM_SMS", sms)))
     grid = (min(sms, cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])),)
@@ -131,7 +131,7 @@ def with_kmajor(v: Variant) -> Variant:
         if precision != "tf32" or emulating() or (a.stride(-1) == 1 and b.stride(-2) == 1):
             return False
         if v is TMA:   # judge alignment on what the kernel will read: a K-major B of this shape
-            return a.dim() == 2 and b.dim() == 2 and alpha == 1.0 and beta == 0.0 and capability()[0] >= 9 \
+            return a.dim() == 2 and b.dim() == 2 and alpha == 1.0 and beta == 0.0 and hopper(a) \
                 and (a.shape[1] * 4) % 16 == 0 and c.stride(1) == 1 and (c.stride(0) * 4) % 16 == 0
         return v.applicable(a, b, c, precision, alpha, beta)
 
@@ -176,13 +176,14 @@ def _simt_launch(a, b, c, *, precision, alpha, beta, config):
     get("async").launch(a, b, c, tile=None, opts={"config": config["name"]} if config else {})
 
 
-def _simt(bm: int, bn: int, bk: int, name: str) -> dict:
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": int(name.split("-s")[1][0]), "name": name}
+def _simt(bm: int, bn: int, bk: int, stages: int, name: str) -> dict:
+    """A rung-11 config: its tile and ring depth for the model's tables, its name for the rung."""
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": stages, "name": name}
 
 
 SIMT_ASYNC = Variant("simt-async", _simt_applicable,
-                     lambda kind: [_simt(64, 128, 16, "64x128x16-w32x64-t8x8-s3-m4"),
-                                   _simt(128, 128, 16, "128x128x16-w32x64-t8x8-s3-m2")] if kind == "ieee" else [],
+                     lambda kind: [_simt(64, 128, 16, 3, "64x128x16-w32x64-t8x8-s3-m4"),
+                                   _simt(128, 128, 16, 3, "128x128x16-w32x64-t8x8-s3-m2")] if kind == "ieee" else [],
                      _simt_launch, traits=Traits(modelled=False))
 
 
