@@ -176,3 +176,13 @@ def test_store_wins_over_the_model(monkeypatch, tmp_path):
     finally:
         tuning.forget()
         bm._forget_plans()
+
+
+def test_capability_rules_out_the_copy_engine(monkeypatch):
+    """The same large bf16 call and candidates: a Hopper description picks a TMA kernel, a
+    capability-8.0 description (no TMA, no wgmma) the blocked kernel."""
+    monkeypatch.setattr(bm, "emulating", lambda: False)
+    names = ("blocked", "tma-persistent")
+    hopper = _model((4096, 4096, 4096), "none", names, H.Device(132, (9, 0)))
+    ampere = _model((4096, 4096, 4096), "none", names, H.Device(108, (8, 0), 166912 - 1024, 2.0e6))
+    assert hopper.variant.name == "tma-persistent" and ampere.variant.name == "blocked", (hopper.name, ampere.name)

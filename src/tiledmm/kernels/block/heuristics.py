@@ -60,13 +60,15 @@ class Traits:
     split: (M, N, K, batch, config, sms) -> (S, K per split), for variants that split K.
     speed: (problem, config) -> throughput relative to the persistent TMA kernel.
     copies: (a, b, c, precision) -> bytes the variant copies before its kernel runs.
-    modelled: False for a variant only timing may choose."""
+    modelled: False for a variant only timing may choose.
+    capability: the least compute capability it runs on (the copy engine and wgmma: 9.0)."""
     persistent: bool = False
     tma_store: bool = False
     split: Callable[..., tuple] | None = None
     speed: Callable[..., float] = lambda p, cfg: 1.0
     copies: Callable[..., int] | None = None
     modelled: bool = True
+    capability: tuple = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -149,9 +151,10 @@ class Candidate:
 
 
 def rank(cands: Sequence[Candidate], p: Problem, dev: Device) -> list[tuple[float, Candidate]]:
-    """Every modelled candidate with its estimate, cheapest first (ties: the less compute,
+    """Every modelled candidate the device can run, with its estimate, cheapest first (ties: the less compute,
     then the larger tile: a memory-bound product still prefers the faster kernel)."""
-    scored = [(estimate_us(c.config, p, c.traits, dev, c.copy_bytes), c) for c in cands if c.traits.modelled]
+    scored = [(estimate_us(c.config, p, c.traits, dev, c.copy_bytes), c) for c in cands
+              if c.traits.modelled and dev.capability >= c.traits.capability]
     scored.sort(key=lambda sc: (round(sc[0][0], 2), round(sc[0][1], 2),
                                 -sc[1].config["BLOCK_M"] * sc[1].config["BLOCK_N"]))
     return [(est[0], c) for est, c in scored]

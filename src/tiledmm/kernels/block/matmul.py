@@ -114,12 +114,12 @@ def _forced(a, b, c, precision, alpha, beta, variant, config) -> None:
 def _configs(v: V.Variant, kind: str, esize: int, out_esize: int, dev: H.Device, rows: int | None = None) -> list[dict]:
     """The variant's candidate configs that fit ``dev``'s shared memory for these element sizes
     (a variant that stages C for the copy engine needs room for it too); for the blocked kernel
-    and at most ``C.FEW_ROWS`` rows (the class's), the swapped few-row configs too."""
-    if emulating():   # the interpreter: the blocked kernel's small tiles only (warps and stages ignored)
-        return list(C.EMULATION_CHOICES) if v is V.BLOCKED else []
+    and at most ``C.FEW_ROWS`` rows (the class's), the variant's few-row configs too."""
+    if emulating():   # the interpreter: the variants' small-tile configs (warps and stages ignored)
+        return list(v.emulation)
     table = v.configs(kind)
-    if v is V.BLOCKED and rows is not None and rows <= C.FEW_ROWS:
-        table = table + C.BLOCKED_FEW_ROWS[kind]
+    if v.few_rows and rows is not None and rows <= C.FEW_ROWS:
+        table = table + v.few_rows(kind)
     return C.fitting(table, esize, out_esize, v.traits.tma_store, dev.smem) or table
 
 
@@ -139,7 +139,7 @@ def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | 
     variants, at the class's representative size: the candidates depend on the plan key alone)."""
     key = key or plan_key(a, b, c, precision, alpha, beta)
     p = _problem(a, b, c, precision)
-    vs = [v for v in V.ALL if (p.batch <= V.MAX_GRID_YZ or v is V.BLOCKED)   # only blocked splits the batch
+    vs = [v for v in V.ALL if (p.batch <= V.MAX_GRID_YZ or v.splits_batch)
           and v.applicable(a, b, c, precision, alpha, beta)]
     copies = {v.name: v.traits.copies(a, b, c, precision) for v in vs if v.traits.copies}
     rM, rN, rK = (2 ** e for e in key[10])
@@ -156,7 +156,7 @@ def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None 
         if not table:
             continue
         picked = v.prune(table, p.M, p.N, p.K, dev.sms, p.batch) if v.prune else \
-            C.prune(table, p.M, p.N, p.K, dev.sms, p.batch, keep=3 if v is V.BLOCKED else 2)
+            C.prune(table, p.M, p.N, p.K, dev.sms, p.batch, keep=3 if v.few_rows else 2)
         out += [H.Candidate(f"{v.name}:{_cfg_name(cfg)}", cfg, v.traits, (copies or {}).get(v.name, 0), v)
                 for cfg in picked]
     return out

@@ -45,6 +45,12 @@ class Variant:
     traits: Traits = Traits()
     # it picks its own config when the caller forces it without one (the module variants)
     own_config: Callable[..., dict] | None = None
+    # few_rows(kind) -> extra configs offered when the shape class has at most configs.FEW_ROWS rows
+    few_rows: Callable[[str], list] | None = None
+    # its launch splits a batch over gridDim.y's 65,535 limit (the others are not offered beyond it)
+    splits_batch: bool = False
+    # the configs the dispatcher offers in the interpreter (none: not chosen there, only forced)
+    emulation: tuple = ()
 
 
 @functools.lru_cache(maxsize=None)
@@ -84,7 +90,8 @@ def _blocked_launch(a, b, c, *, precision, alpha, beta, config):
 
 
 BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True,
-                  traits=Traits(speed=splitk.TRAITS.speed))   # split-K runs the blocked kernel's pieces
+                  traits=Traits(speed=splitk.TRAITS.speed), few_rows=lambda kind: C.BLOCKED_FEW_ROWS[kind],
+                  splits_batch=True, emulation=C.EMULATION_CHOICES)   # split-K runs the blocked kernel's pieces
 
 
 # -- TMA, persistent (Hopper) ---------------------------------------------------------------------
@@ -117,7 +124,7 @@ def _tma_launch(a, b, c, *, precision, alpha, beta, config):
 
 
 TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True,
-              traits=Traits(persistent=True, tma_store=True, speed=lambda p, cfg: 0.95))
+              traits=Traits(persistent=True, tma_store=True, speed=lambda p, cfg: 0.95, capability=(9, 0)))
 
 
 # -- tf32 with K-major operands ------------------------------------------------------------------
@@ -149,9 +156,9 @@ def with_kmajor(v: Variant) -> Variant:
             (b.numel() * b.element_size() if b.stride(-2) != 1 else 0)
 
     t = v.traits
-    traits = Traits(persistent=t.persistent, tma_store=t.tma_store, split=t.split,
-                    speed=lambda p, cfg: t.speed(replace(p, b_kmajor=True), cfg), copies=copies)
-    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune, traits, v.own_config)
+    traits = replace(t, speed=lambda p, cfg: t.speed(replace(p, b_kmajor=True), cfg), copies=copies)
+    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune, traits, v.own_config,
+                   v.few_rows, v.splits_batch, v.emulation)
 
 
 # -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
