@@ -477,3 +477,43 @@ def test_replay_binds_a_sequence_of_launches_with_a_private_workspace(monkeypatc
     assert fastlaunch.replay(split, a, a, c, alpha=2.0) is None  # a and b at one address
     monkeypatch.setattr(fastlaunch, "MAX_KEPT_BYTES", fastlaunch._kept_bytes)
     assert fastlaunch.replay(split, a, b, c, alpha=2.0) is None  # over the cap
+
+
+def test_concurrent_first_calls_resolve_each_plan_once(monkeypatch):
+    """Threads meeting new plan keys together (tiny switch interval): each key is resolved once,
+    under the dispatcher's lock, and every thread gets a right answer."""
+    import threading
+    from tiledmm.kernels.block import matmul as bm
+    bm._forget_plans()
+    resolved = []
+    real = bm._resolve
+
+    def counting(key, *args):
+        resolved.append(key)
+        return real(key, *args)
+    monkeypatch.setattr(bm, "_resolve", counting)
+    shapes = [(3, 40, 5), (70, 9, 33)]                 # two shape classes, plain fp32
+    errors = []
+
+    def work(i):
+        try:
+            M, K, N = shapes[i % 2]
+            gen = torch.Generator().manual_seed(i)
+            a, b = torch.randn(M, K, generator=gen), torch.randn(K, N, generator=gen)
+            c = torch.empty(M, N)
+            bm.launch(a, b, c, precision="ieee")
+            assert torch.allclose(c, a @ b, atol=1e-4)
+        except Exception as e:   # noqa: BLE001  (reported below)
+            errors.append(repr(e))
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors
+    assert len(resolved) == len(set(resolved)) == 2, resolved

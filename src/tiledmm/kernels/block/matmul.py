@@ -193,7 +193,9 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
 
 def plans() -> dict:
     """Resolved plan keys -> chosen launches (for reports)."""
-    return {str(k): str(getattr(f, "keywords", f)) for k, f in _plans.items()}
+    with _lock:
+        snapshot = dict(_plans)
+    return {str(k): str(getattr(f, "keywords", f)) for k, f in snapshot.items()}
 
 
 def tuned_configs() -> dict:

@@ -11,6 +11,10 @@ among their configs) per shape class, and new variants plug in by being listed:
 
 a (M, K) or (B, M, K); b (K, N) or (B, K, N) (batch 1 broadcasts); c (M, N) or (B, M, N):
 torch tensors on the kernels' device with any strides (``tma`` takes fewer, see ``applicable``).
+
+Everything the dispatcher and the no-timing model need to know of a variant is an attribute
+of its ``Variant`` (``traits`` for the model, ``few_rows``, ``splits_batch``, ``emulation``,
+``own_config``): the dispatcher never tests a variant's name.
 """
 from __future__ import annotations
 
