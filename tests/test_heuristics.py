@@ -54,6 +54,11 @@ def _copies(name, M, N, K, precision):
     return 0
 
 
+def _bound(name, precision) -> bool:
+    """Repeat calls one bound launch (fastlaunch.replay) for these row-major operands."""
+    return name not in ("tma-persistent", "tma-copy") and not (name == "blocked-kmajor" and precision != "tf32")
+
+
 def _problem(shape, precision):
     M, N, K = shape
     esize = 2 if precision == "none" else 4
@@ -69,7 +74,8 @@ def test_model_reproduces_the_tuners_recorded_choices(run):
     cands = []
     for name in times:
         v, cfg = _parse(name)
-        cands.append(H.Candidate(name, cfg, v.traits, _copies(v.name, *shape, precision), v))
+        # the report's times are the GPU's alone (the host floor came later): compare like with like
+        cands.append(H.Candidate(name, cfg, v.traits, _copies(v.name, *shape, precision), v, bound=True))
     got = H.pick(cands, _problem(shape, precision), H.H100)
     best = min(times.values())
     assert times[got.name] <= 1.10 * best, (shape, precision, got.name, times[got.name], best)
@@ -81,7 +87,8 @@ def _model(shape, precision, names, dev=H.H100):
     M, N, K = shape
     rep = _problem(tuple(2 ** e for e in shape_class(M, N, K)), precision)
     vs = [V.BY_NAME[n] for n in names]
-    cands = bm.model_candidates(vs, rep, dev, {n: _copies(n, M, N, K, precision) for n in names})
+    cands = bm.model_candidates(vs, rep, dev, {n: _copies(n, M, N, K, precision) for n in names},
+                                {n for n in names if not _bound(n, precision)})
     return H.pick(cands, _problem(shape, precision), dev)
 
 

@@ -61,7 +61,10 @@ class Traits:
     speed: (problem, config) -> throughput relative to the persistent TMA kernel.
     copies: (a, b, c, precision) -> bytes the variant copies before its kernel runs.
     modelled: False for a variant only timing may choose.
-    capability: the least compute capability it runs on (the copy engine and wgmma: 9.0)."""
+    capability: the least compute capability it runs on (the copy engine and wgmma: 9.0).
+    host_us: its host time a call where repeat calls are not one bound launch (the short
+        path binds only FastKernel launches): a floor under the call's time, as the tuner's
+        max(GPU, host) is. H100 probe: an unbound blocked launch 48 us, tma-copy 200 us."""
     persistent: bool = False
     tma_store: bool = False
     split: Callable[..., tuple] | None = None
@@ -69,6 +72,7 @@ class Traits:
     copies: Callable[..., int] | None = None
     modelled: bool = True
     capability: tuple = (0, 0)
+    host_us: float = 50.0
 
 
 @dataclass(frozen=True)
@@ -142,18 +146,24 @@ def estimate_us(c: dict, p: Problem, t: Traits, dev: Device, copy_bytes: int = 0
 @dataclass(frozen=True)
 class Candidate:
     """One (variant, config) the dispatcher may launch: its name ("variant:config"), the
-    config, the variant's traits, the bytes it would copy for this call, and the variant."""
+    config, the variant's traits, the bytes it would copy for this call, the variant, and
+    whether repeat calls are one bound launch (else its traits' host time is a floor)."""
     name: str
     config: dict
     traits: Traits
     copy_bytes: int = 0
     variant: object = None
+    bound: bool = True
+
+
+def _floored(est: tuple[float, float], c: Candidate) -> tuple[float, float]:
+    return (est[0] if c.bound else max(est[0], c.traits.host_us)), est[1]
 
 
 def rank(cands: Sequence[Candidate], p: Problem, dev: Device) -> list[tuple[float, Candidate]]:
     """Every modelled candidate the device can run, with its estimate, cheapest first (ties: the less compute,
     then the larger tile: a memory-bound product still prefers the faster kernel)."""
-    scored = [(estimate_us(c.config, p, c.traits, dev, c.copy_bytes), c) for c in cands
+    scored = [(_floored(estimate_us(c.config, p, c.traits, dev, c.copy_bytes), c), c) for c in cands
               if c.traits.modelled and dev.capability >= c.traits.capability]
     scored.sort(key=lambda sc: (round(sc[0][0], 2), round(sc[0][1], 2),
                                 -sc[1].config["BLOCK_M"] * sc[1].config["BLOCK_N"]))

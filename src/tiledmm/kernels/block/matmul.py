@@ -142,14 +142,17 @@ def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | 
     vs = [v for v in V.ALL if (p.batch <= V.MAX_GRID_YZ or v.splits_batch)
           and v.applicable(a, b, c, precision, alpha, beta)]
     copies = {v.name: v.traits.copies(a, b, c, precision) for v in vs if v.traits.copies}
+    unbound = {v.name for v in vs if not (v.replayable(a, b, c) if callable(v.replayable) else v.replayable)}
     rM, rN, rK = (2 ** e for e in key[10])
-    return model_candidates(vs, _problem(a, b, c, precision, (rM, rK, rN)), device(index_of(c)), copies)
+    return model_candidates(vs, _problem(a, b, c, precision, (rM, rK, rN)), device(index_of(c)), copies, unbound)
 
 
-def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None = None) -> list[H.Candidate]:
+def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None = None,
+                     unbound: set | frozenset = frozenset()) -> list[H.Candidate]:
     """The configs of ``variants`` that fit ``dev``, each variant's pruned by the wave model
     for ``p`` (its own ``prune`` where it has one), as candidates; ``copies``: variant name ->
-    bytes it copies for this call."""
+    bytes it copies for this call; ``unbound``: names of variants whose repeat calls are not
+    one bound launch."""
     out: list[H.Candidate] = []
     for v in variants:
         table = _configs(v, p.kind, p.esize, p.out_esize, dev, p.M)
@@ -157,8 +160,8 @@ def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None 
             continue
         picked = v.prune(table, p.M, p.N, p.K, dev.sms, p.batch) if v.prune else \
             C.prune(table, p.M, p.N, p.K, dev.sms, p.batch, keep=3 if v.few_rows else 2)
-        out += [H.Candidate(f"{v.name}:{_cfg_name(cfg)}", cfg, v.traits, (copies or {}).get(v.name, 0), v)
-                for cfg in picked]
+        out += [H.Candidate(f"{v.name}:{_cfg_name(cfg)}", cfg, v.traits, (copies or {}).get(v.name, 0), v,
+                            v.name not in unbound) for cfg in picked]
     return out
 
 
