@@ -171,3 +171,25 @@ def test_one_compiled_kernel_serves_every_M(kernel):
     if kernel in ("matmul_kernel", "splitk_kernel"):
         ns = [_triton_key(fn, N=n)["N"] for n in (1, 128, 129)]
         assert len(set(ns)) == 3, ns
+
+
+@pytest.mark.gpu
+def test_new_M_compiles_no_new_kernel():
+    """On the GPU: the blocked kernel with one config, M = 97 .. 127 (odd, even, divisible by
+    16 and not): Triton's cache of compiled matmul_kernel specialisations does not grow."""
+    import torch
+    from tiledmm.kernels.block import kernels as KS, matmul as bm
+
+    def compiled() -> int:
+        return sum(len(entry[0]) for entry in KS.matmul_kernel.device_caches.values())
+    b = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
+    cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    counts = []
+    for M in (97, 112, 113, 127, 128):
+        a = torch.randn(M, 512, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(M, 384, device="cuda", dtype=torch.bfloat16)
+        bm.launch(a, b, c, precision="none", variant="blocked", config=cfg)
+        torch.cuda.synchronize()
+        assert ((c.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()) < 2e-2
+        counts.append(compiled())
+    assert counts[0] >= 1 and len(set(counts)) == 1, counts
