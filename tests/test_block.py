@@ -141,3 +141,55 @@ def test_split_k_alpha_beta():
     out = c0.clone()
     tiledmm.matmul(a, b, kernel="triton", variant="splitk", alpha=-0.5, beta=3.0, out=out)
     assert rel_error(out, -0.5 * reference(a, b) + 3.0 * reference(c0, np.eye(30))) < 1e-5
+
+
+def _triton_key(kernel, **ints):
+    """What Triton's JIT specialises each named integer argument of ``kernel`` on (its own
+    rule: type, == 1, divisible by 16), honouring the kernel's do_not_specialize."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+    from triton.runtime.jit import JITFunction
+    opts = getattr(kernel, "kwargs", None)      # the interpreter's wrapper keeps the jit options here
+    jf = JITFunction(kernel.fn, do_not_specialize=(opts or {}).get("do_not_specialize")) if opts is not None \
+        else kernel
+    params = {p.name: p for p in jf.params}
+    return {n: native_specialize_impl(BaseBackend, v, False, not params[n].do_not_specialize,
+                                      not params[n].do_not_specialize_on_alignment) for n, v in ints.items()}
+
+
+@pytest.mark.parametrize("kernel", ["matmul_kernel", "splitk_kernel", "tma_persistent_kernel",
+                                    "matmul_tma_persistent_kernel"])
+def test_one_compiled_kernel_serves_every_M(kernel):
+    """M = 1, 128 and 129 give Triton the same specialisation (one compile for a shape class);
+    N still tells 1, divisible by 16 and neither apart (its vector loads), as Triton's rule says."""
+    from tiledmm.kernels.block import kernels as KS, splitk, tma_persistent
+    fn = {"matmul_kernel": KS.matmul_kernel, "splitk_kernel": splitk.splitk_kernel,
+          "tma_persistent_kernel": tma_persistent.tma_persistent_kernel,
+          "matmul_tma_persistent_kernel": KS.matmul_tma_persistent_kernel}[kernel]
+    keys = [_triton_key(fn, M=m) for m in (1, 128, 129)]
+    assert keys[0] == keys[1] == keys[2]
+    if kernel in ("matmul_kernel", "splitk_kernel"):
+        ns = [_triton_key(fn, N=n)["N"] for n in (1, 128, 129)]
+        assert len(set(ns)) == 3, ns
+
+
+@pytest.mark.gpu
+def test_new_M_compiles_no_new_kernel():
+    """On the GPU: the blocked kernel with one config, M = 97 .. 127 (odd, even, divisible by
+    16 and not): Triton's cache of compiled matmul_kernel specialisations does not grow."""
+    import torch
+    from tiledmm.kernels.block import kernels as KS, matmul as bm
+
+    def compiled() -> int:
+        return sum(len(entry[0]) for entry in KS.matmul_kernel.device_caches.values())
+    b = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
+    cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
+    counts = []
+    for M in (97, 112, 113, 127, 128):
+        a = torch.randn(M, 512, device="cuda", dtype=torch.bfloat16)
+        c = torch.empty(M, 384, device="cuda", dtype=torch.bfloat16)
+        bm.launch(a, b, c, precision="none", variant="blocked", config=cfg)
+        torch.cuda.synchronize()
+        assert ((c.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()) < 2e-2
+        counts.append(compiled())
+    assert counts[0] >= 1 and len(set(counts)) == 1, counts

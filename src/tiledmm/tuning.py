@@ -1,17 +1,19 @@
 """Tuned choices, made once and remembered -- in this process and on disk.
 
 Every autotuner in tiledmm (the Triton variant and config per shape class, the SIMT
-rung-10 tile shapes) goes through ``choose``: the first call for a key times each
-candidate with ``timing.time_calls`` and keeps the fastest; later calls, in this
-process or a new one, read the choice back. Choices are stored as JSON in the
+rung-10 tile shapes) goes through ``choose``. By default nothing is timed: a choice in
+the store is used where there is one, else the tuner's model picks (microseconds; the
+Triton family's is ``kernels/block/heuristics.py``). With ``TILEDMM_TUNE=on`` (or
+``tiledmm.tuning.set_mode("on")``, or ``tiledmm tune SHAPES``) the first call for a key
+the store lacks times each candidate and keeps the fastest; later calls, in this process
+or a new one, read the choice back. Choices are stored as JSON in the
 user's cache folder (``$TILEDMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/tiledmm``, else
 ``~/.cache/tiledmm``), one file per GPU model and library versions, so a driver or
 Triton upgrade tunes afresh.
 
-``TILEDMM_TUNE=off`` (or ``tiledmm.tuning.set_mode("off")``) never times anything:
-each tuner's model picks instead (for latency-sensitive programs, and inside CUDA
-graph capture, where timing is impossible). First-call tuning holds a lock, so
-concurrent threads tune a key once; the steady state takes no lock.
+Inside CUDA graph capture nothing is timed whatever the mode (timing is impossible there).
+First-call tuning holds a lock, so concurrent threads tune a key once; the steady state
+takes no lock.
 """
 from __future__ import annotations
 
@@ -30,10 +32,11 @@ _mode: str | None = None
 
 
 def mode() -> str:
-    """"on" (time candidates on first use) or "off" (the model's pick)."""
+    """"off" (the default: the store's choice, else the model's pick; nothing timed) or "on"
+    (``TILEDMM_TUNE`` = on/1/true/yes: time the candidates of a key the store lacks)."""
     global _mode
     if _mode is None:
-        _mode = "off" if os.environ.get("TILEDMM_TUNE", "").lower() in ("0", "off", "false", "no") else "on"
+        _mode = "on" if os.environ.get("TILEDMM_TUNE", "").lower() in ("1", "on", "true", "yes") else "off"
     return _mode
 
 

@@ -1,7 +1,9 @@
 """Small helpers shared by the variant modules (tma_persistent, splitk, kmajor_cache).
 
-Each variant module exposes NAME, applicable(), CONFIGS, heuristic() and launch(); the
-dispatcher in kernels/block plugs them in. Nothing here launches a kernel.
+Each variant module exposes NAME, applicable(), CONFIGS, heuristic() and launch() (and,
+where it has them, REPLAYABLE, prune() and TRAITS for the model); variants.from_module
+plugs them in. Here: the device's properties per device index, the one Hopper test, the
+one ``kind_of`` and ``cfg``. Nothing here launches a kernel.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import os
 from .fastlaunch import Launcher, current_stream  # noqa: F401  (one home for launches and the raw stream)
 
 from ..._backend import emulating, mode
+from .heuristics import Device
 
 mode()  # decide GPU or emulation (TRITON_INTERPRET) before triton is imported
 import triton  # noqa: E402
@@ -23,8 +26,8 @@ def cdiv(x: int, y: int) -> int:
     return -(-x // y)
 
 
-def kind_of(precision: str) -> str:
-    """Precision option -> config family: 'none' (bf16/fp16) -> '16bit'."""
+def kind_of(precision: str | None) -> str:
+    """Precision option -> config family: 'none' (bf16/fp16) -> '16bit'; 'tf32', 'ieee' as they are."""
     return "16bit" if precision in (None, "none") else precision
 
 
@@ -32,16 +35,31 @@ def tl_precision(precision: str) -> str:
     return "none" if precision in (None, "none") else precision
 
 
+def index_of(t) -> int | None:
+    """The CUDA device index of tensor ``t`` (None in emulation or for a host tensor)."""
+    return None if emulating() or not getattr(t, "is_cuda", False) else t.device.index
+
+
+def _index(index: int | None) -> int:
+    import torch
+    return torch.cuda.current_device() if index is None else index
+
+
 @functools.lru_cache(maxsize=None)
-def num_sms() -> int:
-    """SMs the kernels plan for (persistent grids, the wave model): the device's, less
-    ``TILEDMM_SM_MARGIN`` -- SMs left to kernels that run beside tiledmm's (NCCL's, when
-    tiledmm.distributed overlaps communication with the local products)."""
+def _props(index: int):
+    """torch's properties of device ``index``, read once per index (a stand-in for
+    ``tiledmm.analysis.device.properties``)."""
+    import torch
+    return torch.cuda.get_device_properties(index)
+
+
+def num_sms(index: int | None = None) -> int:
+    """SMs the kernels plan for on device ``index`` (None: the current one) (persistent grids,
+    the model): the device's, less ``TILEDMM_SM_MARGIN`` -- SMs left to kernels that run beside
+    tiledmm's (NCCL's, when tiledmm.distributed overlaps communication with the local products)."""
     if emulating():
         return 4   # the interpreter stands in for a small GPU
-    import torch
-    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    return max(1, sms - _sm_margin())
+    return max(1, _props(_index(index)).multi_processor_count - _sm_margin())
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,22 +70,34 @@ def _sm_margin() -> int:
         return 0
 
 
-@functools.lru_cache(maxsize=None)
-def smem_limit() -> int:
-    """Shared memory one block may opt in to (232,448 bytes on the H100), less barrier slack."""
+def smem_limit(index: int | None = None) -> int:
+    """Shared memory one block may opt in to on device ``index`` (232,448 bytes on the H100),
+    less barrier slack."""
     if emulating():
         return 1 << 30
-    import torch
-    p = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return getattr(p, "shared_memory_per_block_optin", 232448) - 1024
+    return getattr(_props(_index(index)), "shared_memory_per_block_optin", 232448) - 1024
 
 
-@functools.lru_cache(maxsize=None)
-def capability() -> tuple:
-    import torch
-    if emulating() or not torch.cuda.is_available():
+def capability(index: int | None = None) -> tuple:
+    """Compute capability of device ``index``; (0, 0) in emulation or without CUDA."""
+    if emulating():
         return (0, 0)
-    return torch.cuda.get_device_capability()
+    import torch
+    if not torch.cuda.is_available():
+        return (0, 0)
+    p = _props(_index(index))
+    return (p.major, p.minor)
+
+
+def device(index: int | None = None) -> Device:
+    """Device ``index`` as the no-timing model sees it (heuristics.Device)."""
+    return Device(num_sms(index), capability(index), smem_limit(index))
+
+
+def hopper(*tensors) -> bool:
+    """The one test of a GPU with the copy engine and wgmma (TMA variants): capability 9 or
+    later on the tensors' device, never in emulation."""
+    return not emulating() and capability(index_of(tensors[0]) if tensors else None)[0] >= 9
 
 
 _allocator_set = False
@@ -105,6 +135,7 @@ def tma_ok(*tensors) -> bool:
 
 
 def cfg(bm, bn, bk, warps, stages, **extra) -> dict:
+    """One config: tile, phase width, extra meta-parameters (GROUP_M, ...), warps, stages."""
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, **extra, "num_warps": warps, "num_stages": stages}
 
 

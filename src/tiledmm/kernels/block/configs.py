@@ -1,4 +1,4 @@
-"""Configurations of the Triton kernels, and a model that picks one without timing.
+"""Configurations of the Triton kernels, and the wave model that prunes them for timing.
 
 A config is a plain dict of meta-parameters: BLOCK_M x BLOCK_N output tile per
 program, BLOCK_K phase width, GROUP_M tile-rows per L2 group, ``num_warps`` and
@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import math
 
+from ._vcommon import cfg as _cfg
+from ._vcommon import kind_of  # noqa: F401  (the one kind_of, still read here by scripts/fuzz.py, sanitize_block.py)
+from .heuristics import fits
+
 
 def cfg(bm: int, bn: int, bk: int, g: int, warps: int, stages: int) -> dict:
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g, "num_warps": warps, "num_stages": stages}
+    """_vcommon.cfg with GROUP_M given in place (the tables below read as tile, group, warps, stages)."""
+    return _cfg(bm, bn, bk, warps, stages, GROUP_M=g)
 
 
 BLOCKED = {
@@ -45,27 +50,16 @@ TMA = {
              cfg(256, 128, 32, 8, 8, 3), cfg(128, 256, 32, 8, 8, 4)],
 }
 EMULATION = cfg(32, 32, 16, 4, 4, 1)   # the interpreter: small tiles, warps and stages ignored
-
-
-def kind_of(precision: str) -> str:
-    return "16bit" if precision == "none" else precision
+EMULATION_CHOICES = (EMULATION, cfg(16, 64, 16, 4, 4, 1))   # what the dispatcher chooses among there
 
 
 def tiles(M: int, N: int, c: dict, batch: int = 1) -> int:
     return batch * math.ceil(M / c["BLOCK_M"]) * math.ceil(N / c["BLOCK_N"])
 
 
-def smem_bytes(c: dict, esize: int, out_esize: int, tma_store: bool) -> int:
-    """Shared memory a config asks for: ``num_stages`` A and B tiles, and (TMA store) the C tile
-    staged for the copy engine. Measured on the H100: 128x256x32 tf32, 3 stages, TMA store needs
-    278,552 bytes = 147,456 + 131,072 + barriers."""
-    pipe = c.get("num_stages", 1) * (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] * esize
-    return pipe + (c["BLOCK_M"] * c["BLOCK_N"] * out_esize if tma_store else 0) + 1024
-
-
 def fitting(configs: list[dict], esize: int, out_esize: int, tma_store: bool, limit: int) -> list[dict]:
-    """The configs whose shared memory fits ``limit`` bytes (the device's per-block opt-in)."""
-    return [c for c in configs if smem_bytes(c, esize, out_esize, tma_store) <= limit]
+    """The configs whose shared memory (heuristics.smem_bytes) fits ``limit`` bytes."""
+    return [c for c in configs if fits(c, esize, out_esize, tma_store, limit)]
 
 
 def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1, keep: int = 4) -> list[dict]:
@@ -78,8 +72,3 @@ def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1,
         work = c["BLOCK_M"] * c["BLOCK_N"] * max(K, 1)
         return waves * work, -c["BLOCK_M"] * c["BLOCK_N"]
     return sorted(configs, key=cost)[:keep]
-
-
-def heuristic(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1) -> dict:
-    """One config without timing: the wave model's first choice."""
-    return prune(configs, M, N, K, sms, batch, keep=1)[0]

@@ -104,7 +104,16 @@ def _epilogue(c_tile, acc, inside, alpha, beta, ALPHA_ONE: tl.constexpr, HAS_BET
     tl.store(c_tile, acc.to(c_tile.dtype.element_ty), mask=inside)
 
 
-@triton.jit
+# Triton compiles a kernel per "specialisation" of its integer arguments: == 1 (made a constant)
+# and divisible by 16 (an alignment hint for vector loads). M varies from call to call (tokens,
+# batch rows) and its divisibility feeds no vector access of a row-major operand (rows are not
+# the contiguous dimension), so M is not specialised: one compiled kernel serves every M of a
+# shape class. N and K keep Triton's rule: their divisibility decides vector loads along rows,
+# a real choice (and fixed by the weights in the usual loop over M).
+NO_SPECIALISE = ["M"]
+
+
+@triton.jit(do_not_specialize=NO_SPECIALISE)
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   stride_ab, stride_am, stride_ak,
                   stride_bb, stride_bk, stride_bn,
@@ -132,7 +141,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     _epilogue(c_tile, acc, (rows[:, None] < M) & (cols[None, :] < N), alpha, beta, ALPHA_ONE, HAS_BETA)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "N", "K"])   # descriptors do the bounds: sizes only count tiles
 def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_bn, stride_cm,
                                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                  GROUP_M: tl.constexpr, PRECISION: tl.constexpr, B_KMAJOR: tl.constexpr,

@@ -3,11 +3,13 @@
 The kernels are in ``kernels.py``, their configs in ``configs.py``, one launch function
 per variant in ``variants.py``. Here a call is reduced to a *plan key* -- dtype,
 precision, layout (which strides are unit, whether every base and row is 16-byte
-aligned), shape class (log2 buckets of M, N, K), batch, alpha == 1, beta == 0 -- and
-the key resolves, once, to a launch: the variant and config chosen by timing the
-candidates on the caller's own operands (``tiledmm.tuning``: remembered on disk), or
-by the wave model when tuning is off or a CUDA graph is being captured. Later calls
-with the same key only read shapes and strides and launch.
+aligned), shape class (log2 buckets of M, N, K), batch, alpha == 1, beta == 0, device
+index -- and the key resolves, once, to a launch: by default the variant and config the
+analytic model picks (``heuristics.py``: microseconds, nothing timed); a choice in the
+tuning store wins over it; with ``TILEDMM_TUNE=on`` a key the store lacks is tuned by
+timing the candidates on the caller's own operands (``tiledmm.tuning``: remembered on
+disk) -- never during CUDA-graph capture. Later calls with the same key only read shapes
+and strides and launch.
 """
 from __future__ import annotations
 
@@ -21,15 +23,24 @@ from ..._backend import emulating
 from ...registry import KernelSpec, register, shape_class
 from ...timing import device_and_host
 from . import configs as C
+from . import heuristics as H
 from . import variants as V
+from ._vcommon import device, index_of, kind_of
 
 BLOCK_DTYPES = ("float32", "float16", "bfloat16")
 PRECISIONS = {"float32": ("ieee", "tf32"), "float16": (None,), "bfloat16": (None,)}
 VARIANTS = tuple(V.BY_NAME)
 
-_plans: dict[tuple, Callable] = {}
-_lock = threading.Lock()
-tuning.on_mode_change(_plans.clear)   # plans resolved under the other mode are resolved again
+_plans: dict[tuple, Callable] = {}   # written under _lock; read without (a dict read is atomic)
+_lock = threading.RLock()
+
+
+def _forget_plans() -> None:
+    with _lock:
+        _plans.clear()
+
+
+tuning.on_mode_change(_forget_plans)   # plans resolved under the other mode are resolved again
 
 
 def check_precision(dtype: str, precision: str | None) -> str:
@@ -53,7 +64,7 @@ def plan_key(a, b, c, precision: str, alpha: float, beta: float) -> tuple:
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     return (a.dtype, c.dtype, precision, a.dim(), b.dim(), a.stride(-1) == 1, b.stride(-1) == 1,
             b.stride(-2) == 1, c.stride(-1) == 1, _aligned(a, b, c), shape_class(M, N, K),
-            alpha == 1.0, beta == 0.0)
+            alpha == 1.0, beta == 0.0, index_of(c))
 
 
 def launch(a, b, c, *, precision: str, alpha: float = 1.0, beta: float = 0.0, variant: str | None = None,
@@ -68,7 +79,10 @@ def resolved(a, b, c, precision: str, alpha: float, beta: float) -> Callable:
     """The launch for this call's plan key, ``f(a, b, c, alpha=, beta=)`` (chosen on first use)."""
     key = plan_key(a, b, c, precision, alpha, beta)
     fn = _plans.get(key)
-    return fn if fn is not None else _resolve(key, a, b, c, precision, alpha, beta)
+    if fn is None:
+        with _lock:     # one thread resolves a key; the others then read its plan
+            fn = _plans.get(key) or _resolve(key, a, b, c, precision, alpha, beta)
+    return fn
 
 
 def _bind(v: V.Variant, precision: str, config: dict) -> Callable:
@@ -87,106 +101,110 @@ def _forced(a, b, c, precision, alpha, beta, variant, config) -> None:
             f"b {tuple(b.shape)} strides {b.stride()}, precision {precision}, alpha {alpha}, beta {beta}); "
             "'tma' needs a Hopper GPU, 2-D inputs without alpha/beta, unit inner strides and 16-byte "
             "aligned rows; see kernels/block/variants.py for the others")
-    own = v.name in ("blocked", "blocked-kmajor", "tma", "tma-kmajor")   # the module variants pick their own
-    if config is None and own:
-        M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-        config = C.EMULATION if emulating() else C.heuristic(_configs(v, C.kind_of(precision), a, c), M, N, K,
-                                                             V.num_sms())
-    elif config is not None and own:
-        config = {**C.EMULATION, **config} if emulating() else {"num_warps": 4, "num_stages": 3, **config}
+    if v.own_config is None:            # the module variants pick their own config and fill in a partial one
+        if config is None:
+            dev = device(index_of(c))
+            table = _configs(v, kind_of(precision), a.element_size(), c.element_size(), dev)
+            config = C.EMULATION if emulating() else H.best_config(table, _problem(a, b, c, precision), v.traits, dev)
+        else:
+            config = {**C.EMULATION, **config} if emulating() else {"num_warps": 4, "num_stages": 3, **config}
     _bind(v, precision, dict(config) if config else None)(a, b, c, alpha=alpha, beta=beta)
 
 
-def _configs(v: V.Variant, kind: str, a, c, rows: int | None = None) -> list[dict]:
-    """The variant's candidate configs that fit the device's shared memory for these dtypes
-    (the TMA kernels stage the C tile for the copy engine too); for the blocked kernel and
-    at most ``C.FEW_ROWS`` rows (the class's), the swapped few-row configs too."""
-    tma = v.name in ("tma", "tma-kmajor")
+def _configs(v: V.Variant, kind: str, esize: int, out_esize: int, dev: H.Device, rows: int | None = None) -> list[dict]:
+    """The variant's candidate configs that fit ``dev``'s shared memory for these element sizes
+    (a variant that stages C for the copy engine needs room for it too); for the blocked kernel
+    and at most ``C.FEW_ROWS`` rows (the class's), the variant's few-row configs too."""
+    if emulating():   # the interpreter: the variants' small-tile configs (warps and stages ignored)
+        return list(v.emulation)
     table = v.configs(kind)
-    if v is V.BLOCKED and rows is not None and rows <= C.FEW_ROWS:
-        table = table + C.BLOCKED_FEW_ROWS[kind]
-    return C.fitting(table, a.element_size(), c.element_size(), tma, V.smem_limit()) or table
+    if v.few_rows and rows is not None and rows <= C.FEW_ROWS:
+        table = table + v.few_rows(kind)
+    return C.fitting(table, esize, out_esize, v.traits.tma_store, dev.smem) or table
+
+
+def _problem(a, b, c, precision: str, shape: tuple | None = None) -> H.Problem:
+    M, K, N = shape or (a.shape[-2], a.shape[-1], b.shape[-1])
+    batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
+    return H.Problem(M, N, K, batch, kind_of(precision), a.element_size(), c.element_size(),
+                     b.stride(-2) == 1 and b.stride(-1) != 1, _aligned(a, b, c))
 
 
 def _cfg_name(c: dict) -> str:
     return "-".join(f"{k}={v}" for k, v in sorted(c.items()))
 
 
-def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
-    """Variant and config for a new plan key: the candidates of every applicable variant
-    (configs pruned by the wave model at the class's representative size), timed on the
-    caller's operands into a scratch output, the fastest kept."""
-    if emulating():
-        fn = _bind(V.BLOCKED, precision, C.EMULATION)
-        _plans[key] = fn
-        return fn
-    import torch
-    kind = C.kind_of(precision)
-    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-    batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
-    rM, rN, rK = (2 ** e for e in key[10])       # the class's representative: candidates depend on the key alone
-    sms = V.num_sms()
-    options: dict[str, tuple[V.Variant, dict]] = {}
-    for v in V.ALL:
-        if batch > V.MAX_GRID_YZ and v is not V.BLOCKED:   # only the blocked launch splits the batch over launches
-            continue
-        if v.applicable(a, b, c, precision, alpha, beta):
-            table = _configs(v, kind, a, c, rM)
-            picked = v.prune(table, rM, rN, rK, sms, batch) if v.prune else \
-                C.prune(table, rM, rN, rK, sms, batch, keep=3 if v is V.BLOCKED else 2)
-            for cfg in picked:
-                options[f"{v.name}:{_cfg_name(cfg)}"] = (v, cfg)
-    pick = _model_pick(options, M, N, K, batch, sms)
-    capturing = torch.cuda.is_current_stream_capturing()
+def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | None = None) -> list[H.Candidate]:
+    """Every (variant, config) that may run this call (``model_candidates`` of the applicable
+    variants, at the class's representative size: the candidates depend on the plan key alone)."""
+    key = key or plan_key(a, b, c, precision, alpha, beta)
+    p = _problem(a, b, c, precision)
+    vs = [v for v in V.ALL if (p.batch <= V.MAX_GRID_YZ or v.splits_batch)
+          and v.applicable(a, b, c, precision, alpha, beta)]
+    copies = {v.name: v.traits.copies(a, b, c, precision) for v in vs if v.traits.copies}
+    unbound = {v.name for v in vs if not (v.replayable(a, b, c) if callable(v.replayable) else v.replayable)}
+    rM, rN, rK = (2 ** e for e in key[10])
+    return model_candidates(vs, _problem(a, b, c, precision, (rM, rK, rN)), device(index_of(c)), copies, unbound)
 
-    def timer(v, cfg):
+
+def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None = None,
+                     unbound: set | frozenset = frozenset()) -> list[H.Candidate]:
+    """The configs of ``variants`` that fit ``dev``, each variant's pruned by the wave model
+    for ``p`` (its own ``prune`` where it has one), as candidates; ``copies``: variant name ->
+    bytes it copies for this call; ``unbound``: names of variants whose repeat calls are not
+    one bound launch."""
+    out: list[H.Candidate] = []
+    for v in variants:
+        table = _configs(v, p.kind, p.esize, p.out_esize, dev, p.M)
+        if not table:
+            continue
+        picked = v.prune(table, p.M, p.N, p.K, dev.sms, p.batch) if v.prune else \
+            C.prune(table, p.M, p.N, p.K, dev.sms, p.batch, keep=3 if v.few_rows else 2)
+        out += [H.Candidate(f"{v.name}:{_cfg_name(cfg)}", cfg, v.traits, (copies or {}).get(v.name, 0), v,
+                            v.name not in unbound) for cfg in picked]
+    return out
+
+
+def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
+    """Variant and config for a new plan key (called under _lock): the store's choice where it
+    has one; else the model's pick, or with tuning on, the fastest candidate timed on the
+    caller's operands into a scratch output."""
+    import torch
+    options = {cd.name: cd for cd in candidates(a, b, c, precision, alpha, beta, key)}
+    pick = H.pick(list(options.values()), _problem(a, b, c, precision), device(index_of(c))).name
+    capturing = not emulating() and torch.cuda.is_current_stream_capturing()
+
+    def timer(cd: H.Candidate):
         def run() -> float:
             scratch = torch.empty_strided(c.shape, c.stride(), dtype=c.dtype, device=c.device)
             if beta != 0.0:
                 scratch.copy_(c)
-            f = _bind(v, precision, cfg)
+            f = _bind(cd.variant, precision, cd.config)
             # what a repeat call costs: the GPU's time, and for a variant whose repeat calls are not
             # one bound launch (fastlaunch.replay) its host time too, whichever is longer
             gpu, host = device_and_host(lambda: f(a, b, scratch, alpha=alpha, beta=beta))
-            return gpu if v.replayable else max(gpu, host)
+            return gpu if cd.variant.replayable else max(gpu, host)
         return run
 
-    tkey = tuning.key_of("triton", *(str(k) for k in key))
-    name = tuning.choose(tkey, {n: timer(*vc) for n, vc in options.items()}, pick, timeable=not capturing)
-    fn = _bind(*options[name][:1], precision, options[name][1])
+    tkey = tuning.key_of("triton", *(str(k) for k in key[:-1]))
+    name = tuning.choose(tkey, {n: timer(cd) for n, cd in options.items()}, pick, timeable=not capturing)
+    fn = _bind(options[name].variant, precision, options[name].config)
     if not capturing or tuning.lookup(tkey) is not None:
         _plans[key] = fn
     return fn
 
 
-def _model_pick(options: dict, M: int, N: int, K: int, batch: int, sms: int) -> str:
-    """Without timing: TMA-persistent when it fills the machine, split-K when few tiles
-    and a long K, else the blocked kernel; the wave model's config for it."""
-    by_variant: dict[str, dict[str, dict]] = {}
-    for name, (v, cfg) in options.items():
-        by_variant.setdefault(v.name, {})[name] = cfg
-    for vn in ("tma-persistent", "tma-copy", "tma", "tma-kmajor", "splitk", "blocked-kmajor", "blocked"):
-        named = by_variant.get(vn)
-        if not named:
-            continue
-        best = C.heuristic(list(named.values()), M, N, K, sms, batch)
-        if vn.startswith("tma") and C.tiles(M, N, best, batch) < sms:
-            continue
-        return next(n for n, cfg in named.items() if cfg is best)
-    return next(iter(options))
-
-
 def plans() -> dict:
     """Resolved plan keys -> chosen launches (for reports)."""
-    return {str(k): str(getattr(f, "keywords", f)) for k, f in _plans.items()}
+    with _lock:
+        snapshot = dict(_plans)
+    return {str(k): str(getattr(f, "keywords", f)) for k, f in snapshot.items()}
 
 
 def tuned_configs() -> dict:
     """The Triton choices made or read so far: {tuning key: "variant:config"} (for reports)."""
     return {k: v for k, v in tuning.remembered().items() if k.startswith("triton|")}
 
-
-variant_choices = plans
 
 
 def _launch_spec(a, b, c, *, tile, opts, alpha=1.0, beta=0.0) -> None:
@@ -203,4 +221,4 @@ SPEC: KernelSpec = register(KernelSpec(
     options=("precision", "variant", "config"), emulation_limit=2 ** 24, order=50,
     block_tile=lambda tile: (tile or 128, tile or 128)))
 
-__all__ = ["SPEC", "launch", "check_precision", "plans", "VARIANTS"]
+__all__ = ["SPEC", "launch", "check_precision", "plans", "tuned_configs", "candidates", "VARIANTS"]

@@ -17,19 +17,20 @@ and Triton's CPU interpreter all work.
 from __future__ import annotations
 
 from . import _vcommon as V
-from ._vcommon import cdiv, cfg, kind_of, num_sms, tl_precision
+from ._vcommon import cdiv, cfg, index_of, kind_of, num_sms, tl_precision
 from .fastlaunch import WORKSPACE
+from .heuristics import Traits
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from .kernels import _epilogue, _tile_id, _tile_product  # noqa: E402  (the blocked kernel's pieces)
+from .kernels import NO_SPECIALISE, _epilogue, _tile_id, _tile_product  # noqa: E402  (the blocked kernel's pieces)
 
 NAME = "splitk"
 REPLAYABLE = WORKSPACE   # FastKernel launches and a private workspace only (fastlaunch.replay binds it)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=NO_SPECIALISE)   # one compile for every M (kernels.py says why)
 def splitk_kernel(a_ptr, b_ptr, o_ptr, M, N, K, K_PER_SPLIT,
                   s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_os, s_ob, s_om, s_on,
                   alpha, beta,
@@ -105,12 +106,12 @@ def heuristic(M: int, N: int, K: int, kind: str) -> dict:
     return dict(table[4])
 
 
-def splits_for(M: int, N: int, K: int, batch: int, meta: dict) -> tuple[int, int]:
-    """(S, K per split): tiles x S ~ WAVES programs per SM, each slice at least 4 K-blocks,
-    K per split a multiple of BLOCK_K. Forced with meta['SPLIT_K'] when given."""
+def splits_for(M: int, N: int, K: int, batch: int, meta: dict, sms: int) -> tuple[int, int]:
+    """(S, K per split) on ``sms`` SMs: tiles x S ~ WAVES programs per SM, each slice at least
+    4 K-blocks, K per split a multiple of BLOCK_K. Forced with meta['SPLIT_K'] when given."""
     bk = meta["BLOCK_K"]
     tiles = batch * cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
-    want = meta.get("SPLIT_K") or cdiv(meta.get("WAVES", 2) * num_sms(), tiles)
+    want = meta.get("SPLIT_K") or cdiv(meta.get("WAVES", 2) * sms, tiles)
     s = max(1, min(want, cdiv(K, 4 * bk) if not meta.get("SPLIT_K") else cdiv(K, bk)))
     k_per = cdiv(cdiv(max(K, 1), s), bk) * bk
     return cdiv(max(K, 1), k_per), k_per
@@ -122,7 +123,7 @@ def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1,
     tile height decides how often B is read and which MMA runs: on the H100 a 16-row
     bf16 split-K took 355 us on 127 x 8191 x 127 where 64 rows took 20)."""
     def cost(c):
-        s, k_per = splits_for(M, N, K, batch, c)
+        s, k_per = splits_for(M, N, K, batch, c, sms)
         programs = batch * cdiv(M, c["BLOCK_M"]) * cdiv(N, c["BLOCK_N"]) * s
         return cdiv(programs, sms) * c["BLOCK_M"] * c["BLOCK_N"] * k_per, -c["BLOCK_M"] * c["BLOCK_N"]
     out, heights = [], set()
@@ -133,6 +134,26 @@ def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1,
     return out[:keep]
 
 
+def _speed(p, config: dict) -> float:
+    """Throughput of the blocked kernel's pieces (this one and variants.BLOCKED) against the
+    TMA kernel's (H100, issue 11 probe): about 0.8 on the tensor cores; tf32 with a row-major B
+    feeds wgmma through registers (SWAP=2: B^T from registers, about half; else about a
+    third); fewer than 64 unswapped rows run mma.sync (wgmma takes 64), about 0.6; exact fp32
+    is FMA-bound alike. Rows that are not 16-byte aligned load element by element: 32-bit
+    operands at about half; 16-bit ones also lose cp.async (it moves 4 bytes or more), so the
+    loads stop overlapping the products: about a tenth (127 x 127 x 8191 bf16 on the H100:
+    16-row split-K 355 us, tma-copy on aligned copies 120 us; tf32, split-K 20 us)."""
+    unaligned = 1.0 if p.aligned else (0.5 if p.esize >= 4 else 0.1)
+    if p.kind == "ieee":
+        return unaligned
+    if config["BLOCK_M"] < 64 and not config.get("SWAP"):
+        return 0.6 * unaligned
+    if p.kind == "tf32" and not p.b_kmajor:
+        return (0.5 if config.get("SWAP") == 2 else 0.33) * unaligned
+    return 0.8 * unaligned
+
+
+TRAITS = Traits(split=splits_for, speed=_speed)
 _last: dict = {}   # the last CompiledKernel of the main kernel, for reports
 _main = V.Launcher(splitk_kernel)
 _reduce = V.Launcher(splitk_reduce_kernel)
@@ -169,7 +190,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     N = b3.shape[-1]
     kind = kind_of(precision)
     meta, warps, stages = V.split_meta(config or heuristic(M, N, K, kind))
-    S, k_per = splits_for(M, N, K, B, meta)
+    S, k_per = splits_for(M, N, K, B, meta, num_sms(index_of(c)))
     kmeta = {k: meta[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
     kmeta["SWAP"] = meta.get("SWAP", 0)
     s_bb = b3.stride(0) if b3.shape[0] > 1 else 0

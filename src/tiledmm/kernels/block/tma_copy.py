@@ -13,15 +13,16 @@ from __future__ import annotations
 
 from . import _vcommon as V
 from . import tma_persistent as T
-from ._vcommon import kind_of
+from ._vcommon import hopper, kind_of
+from .heuristics import Traits
 from .transpose import transpose_into
 
 NAME = "tma-copy"
 CONFIGS = T.CONFIGS
 
 
-def heuristic(M: int, N: int, K: int, kind: str) -> dict:
-    return T.heuristic(M, N, K, kind)
+def heuristic(M: int, N: int, K: int, kind: str, sms: int | None = None) -> dict:
+    return T.heuristic(M, N, K, kind, sms)
 
 
 def _aligned_empty(rows: int, cols: int, like):
@@ -33,7 +34,7 @@ def _aligned_empty(rows: int, cols: int, like):
 
 
 def applicable(a, b, c, precision, alpha=1.0, beta=0.0) -> bool:
-    if V.emulating() or V.capability()[0] < 9 or kind_of(precision) == "ieee":
+    if not hopper(a) or kind_of(precision) == "ieee":
         return False
     if a.dim() != 2 or b.dim() != 2 or c.dim() != 2 or not (a.dtype == b.dtype == c.dtype):
         return False
@@ -54,6 +55,18 @@ def prepare(a, b, c, precision):
             b = bt.T
     cw = c if V.tma_ok(c) else _aligned_empty(c.shape[0], c.shape[1], c)
     return a, b, cw
+
+
+def copies(a, b, c, precision) -> int:
+    """Bytes ``prepare`` copies for this call (the model's extra traffic)."""
+    n = 0 if V.tma_ok(a) else a.numel() * a.element_size()
+    kmajor_ok = b.stride(0) == 1 and V.tma_ok(b.T)
+    if (kind_of(precision) == "tf32" or not V.tma_ok(b)) and not kmajor_ok:
+        n += b.numel() * b.element_size()
+    return n + (0 if V.tma_ok(c) else 2 * c.numel() * c.element_size())
+
+
+TRAITS = Traits(persistent=True, tma_store=True, copies=copies, capability=(9, 0), host_us=200.0)   # H100 probe
 
 
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:

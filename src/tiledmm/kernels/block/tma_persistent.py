@@ -1,6 +1,6 @@
 """Variant 'tma-persistent': Hopper's copy engine feeding wgmma, one program per SM.
 
-What it adds over matmul.py's persistent kernel (issue 11):
+What it adds over a plain persistent TMA kernel (tutorial 09's; issue 11):
 * host-side tensor descriptors (``triton.tools.tensor_descriptor.TensorDescriptor``): the
   CUtensorMap is built by the launcher, no device-side descriptor creation or scratch memory;
 * grouped ("swizzled") tile order: GROUP_M tile-rows are swept column by column, so the
@@ -19,27 +19,20 @@ K-major (column-major) only; kmajor_cache.py gives it a cached K-major B for reu
 from __future__ import annotations
 
 from . import _vcommon as V
-from ._vcommon import cdiv, cfg, kind_of, num_sms, tl_precision
+from ._vcommon import cdiv, cfg, hopper, index_of, kind_of, num_sms, smem_limit, tl_precision
+from .heuristics import Traits, smem_bytes
 
 import triton  # noqa: E402  (after _vcommon: it decides TRITON_INTERPRET)
 import triton.language as tl  # noqa: E402
 
+from .kernels import _tile_id  # noqa: E402  (the one grouped tile order)
+
 NAME = "tma-persistent"
-SMEM_LIMIT = 232448 - 2048   # the H100's opt-in shared memory per block, less barriers/slack
+# host: three TensorDescriptors and a launch a call, never bound (an estimate: not measured alone)
+TRAITS = Traits(persistent=True, tma_store=True, capability=(9, 0), host_us=60.0)
 
 
-@triton.jit
-def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    per_group = GROUP_M * num_pid_n
-    group = tile // per_group
-    first_m = group * GROUP_M
-    rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % per_group) % rows
-    pid_n = (tile % per_group) // rows
-    return pid_m, pid_n
-
-
-@triton.jit
+@triton.jit(do_not_specialize=["M", "N", "K"])   # the descriptors do the bounds: sizes only count tiles
 def tma_persistent_kernel(a_desc, b_desc, c_desc, M, N, K, alpha, beta,
                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                           GROUP_M: tl.constexpr, EPI_SPLIT: tl.constexpr, WS: tl.constexpr,
@@ -53,7 +46,7 @@ def tma_persistent_kernel(a_desc, b_desc, c_desc, M, N, K, alpha, beta,
     out_ty = c_desc.dtype
     tile_c = start - NUM_SMS   # the epilogue's own tile counter (keeps the flattened loop's live set small)
     for tile in tl.range(start, num_tiles, NUM_SMS, flatten=True, warp_specialize=WS):
-        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = _tile_id(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -69,7 +62,7 @@ def tma_persistent_kernel(a_desc, b_desc, c_desc, M, N, K, alpha, beta,
             else:
                 acc = tl.dot(a, b, acc, input_precision=PRECISION)
         tile_c += NUM_SMS
-        pid_m, pid_n = _tile_coords(tile_c, num_pid_m, num_pid_n, GROUP_M)
+        pid_m, pid_n = _tile_id(tile_c, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         if not ALPHA_ONE:
@@ -89,17 +82,11 @@ def tma_persistent_kernel(a_desc, b_desc, c_desc, M, N, K, alpha, beta,
             c_desc.store([off_m, off_n], acc.to(out_ty))
 
 
-def smem_bytes(config: dict, esize: int, out_esize: int) -> int:
-    """Shared memory the config asks for: its pipeline stages plus the epilogue's staging tile."""
-    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    return config["num_stages"] * (bm + bn) * bk * esize + bm * bn // config.get("EPI_SPLIT", 1) * out_esize
-
-
 def _c(bm, bn, bk, warps, stages, epi=2, ws=False, group=8):
     return cfg(bm, bn, bk, warps, stages, GROUP_M=group, EPI_SPLIT=epi, WS=ws)
 
 
-# Candidates per kind (<= 8 each), all within the shared-memory budget (smem_bytes).
+# Candidates per kind (<= 8 each), all within the H100's shared memory (heuristics.smem_bytes).
 CONFIGS = {
     "16bit": [_c(128, 256, 64, 8, 3), _c(128, 256, 64, 8, 4), _c(256, 128, 64, 8, 3), _c(128, 128, 64, 8, 4),
               _c(128, 128, 64, 4, 4), _c(128, 128, 128, 8, 3), _c(64, 128, 64, 4, 4), _c(128, 256, 64, 8, 3, ws=True)],
@@ -109,12 +96,12 @@ CONFIGS = {
 }
 
 
-def heuristic(M: int, N: int, K: int, kind: str) -> dict:
+def heuristic(M: int, N: int, K: int, kind: str, sms: int | None = None) -> dict:
     """Largest tile that still gives the SMs about a full wave (measured on the H100,
     docs/performance.md, issue 11): 128 x 256 when its tiles fill a wave (the WS-flagged
     compile for tf32 and for 16-bit beyond 4 waves, where it measured faster), else 128 x 128,
     else 64 x 128."""
-    sms = num_sms()
+    sms = sms or num_sms()
     if kind == "ieee":
         return dict(CONFIGS["ieee"][0])
     tiles256 = cdiv(M, 128) * cdiv(N, 256)
@@ -136,7 +123,7 @@ def _b_kmajor(b) -> bool:
 def applicable(a, b, c, precision, alpha=1.0, beta=0.0) -> bool:
     """Hopper GPU, 2-D, A row-major, C row-major, B row-major (16-bit) or K-major (any), and
     the copy engine's alignment rules; tf32 needs a K-major B (wgmma's rule for 32-bit)."""
-    if V.emulating() or V.capability()[0] < 9:
+    if not hopper(a):
         return False
     if a.dim() != 2 or b.dim() != 2 or c.dim() != 2 or kind_of(precision) == "ieee":
         return False
@@ -160,15 +147,16 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     M, K = a.shape
     N = b.shape[1]
     kind = kind_of(precision)
-    meta, warps, stages = V.split_meta(config or heuristic(M, N, K, kind))
+    index = index_of(c)
+    sms = num_sms(index)
+    meta, warps, stages = V.split_meta(config or heuristic(M, N, K, kind, sms))
     bm, bn, bk = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
     kmajor = _b_kmajor(b)
     a_desc = _desc(a, (bm, bk))
     b_desc = _desc(b.T, (bn, bk)) if kmajor else _desc(b, (bk, bn))
     c_desc = _desc(c, (bm, bn // meta.get("EPI_SPLIT", 1)))
     if beta != 0.0:
-        meta, stages = _fit_beta(meta, stages, a.element_size(), c.element_size())
-    sms = num_sms()
+        meta, stages = _fit_beta(meta, stages, a.element_size(), c.element_size(), smem_limit(index))
     grid = (max(1, min(sms, cdiv(M, bm) * cdiv(N, bn))),)
     flags = dict(B_KMAJOR=kmajor, PRECISION=tl_precision(precision), HAS_BETA=beta != 0.0,
                  ALPHA_ONE=alpha == 1.0, NUM_SMS=sms)
@@ -181,10 +169,10 @@ _META = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EPI_SPLIT", "WS")
 _launcher = V.Launcher(tma_persistent_kernel)
 
 
-def _fit_beta(meta: dict, stages: int, esize: int, out_esize: int):
+def _fit_beta(meta: dict, stages: int, esize: int, out_esize: int, limit: int):
     """beta != 0 reads C through shared memory too (measured on the H100: +64 KB for a
-    128 x 128 fp32 half-tile): drop pipeline stages until the model fits."""
+    128 x 128 fp32 half-tile): drop pipeline stages until the model fits the device's ``limit``."""
     extra = meta["BLOCK_M"] * meta["BLOCK_N"] // meta.get("EPI_SPLIT", 1) * out_esize
-    while stages > 2 and smem_bytes({**meta, "num_stages": stages}, esize, out_esize) + 2 * extra > SMEM_LIMIT:
+    while stages > 2 and smem_bytes({**meta, "num_stages": stages}, esize, out_esize, True) + 2 * extra > limit:
         stages -= 1
     return meta, stages

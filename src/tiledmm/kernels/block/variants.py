@@ -11,17 +11,22 @@ among their configs) per shape class, and new variants plug in by being listed:
 
 a (M, K) or (B, M, K); b (K, N) or (B, K, N) (batch 1 broadcasts); c (M, N) or (B, M, N):
 torch tensors on the kernels' device with any strides (``tma`` takes fewer, see ``applicable``).
+
+Everything the dispatcher and the no-timing model need to know of a variant is an attribute
+of its ``Variant`` (``traits`` for the model, ``few_rows``, ``splits_batch``, ``emulation``,
+``own_config``): the dispatcher never tests a variant's name.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..._backend import emulating
 from . import configs as C
 from . import kmajor_cache, splitk, tma_copy, tma_persistent
-from ._vcommon import capability, cdiv, ensure_allocator, num_sms, smem_limit  # noqa: F401  (smem_limit: for matmul.py)
+from ._vcommon import cdiv, ensure_allocator, hopper, index_of, num_sms
+from .heuristics import Traits
 from .fastlaunch import WORKSPACE, FastKernel
 from .transpose import k_major
 from .kernels import matmul_kernel, matmul_tma_persistent_kernel
@@ -40,6 +45,16 @@ class Variant:
     replayable: object = False
     # prune(configs, M, N, K, sms, batch) -> the configs worth timing; None: the wave model (configs.prune)
     prune: Callable[..., list] | None = None
+    # how it runs, for the no-timing model (heuristics.py): persistence, split, speed, copies
+    traits: Traits = Traits()
+    # it picks its own config when the caller forces it without one (the module variants)
+    own_config: Callable[..., dict] | None = None
+    # few_rows(kind) -> extra configs offered when the shape class has at most configs.FEW_ROWS rows
+    few_rows: Callable[[str], list] | None = None
+    # its launch splits a batch over gridDim.y's 65,535 limit (the others are not offered beyond it)
+    splits_batch: bool = False
+    # the configs the dispatcher offers in the interpreter (none: not chosen there, only forced)
+    emulation: tuple = ()
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,7 +93,9 @@ def _blocked_launch(a, b, c, *, precision, alpha, beta, config):
            sb, b.stride(-2), b.stride(-1), sc, c.stride(-2), c.stride(-1), float(alpha), float(beta))
 
 
-BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True)
+BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True,
+                  traits=Traits(speed=splitk.TRAITS.speed), few_rows=lambda kind: C.BLOCKED_FEW_ROWS[kind],
+                  splits_batch=True, emulation=C.EMULATION_CHOICES)   # split-K runs the blocked kernel's pieces
 
 
 # -- TMA, persistent (Hopper) ---------------------------------------------------------------------
@@ -86,7 +103,7 @@ BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLO
 def tma_applicable(a, b, c, precision, alpha, beta) -> bool:
     """A Hopper GPU, 2-D, plain C = A @ B, unit inner strides and 16-byte aligned row
     strides and bases (the copy engine's rules); tf32 also needs B K-major (wgmma)."""
-    if emulating() or a.dim() != 2 or b.dim() != 2 or alpha != 1.0 or beta != 0.0 or capability()[0] < 9:
+    if not hopper(a) or a.dim() != 2 or b.dim() != 2 or alpha != 1.0 or beta != 0.0:
         return False
     esize = a.element_size()
     b_lead = b.stride(0) if b.stride(1) == 1 else (b.stride(1) if b.stride(0) == 1 else None)
@@ -103,14 +120,15 @@ def _tma_launch(a, b, c, *, precision, alpha, beta, config):
     M, K = a.shape
     N = b.shape[-1]
     kmajor = b.stride(0) == 1 and b.stride(1) != 1
-    sms = num_sms()
+    sms = num_sms(index_of(c))
     fk = _fast(matmul_tma_persistent_kernel, tuple(config.items()),
                (("PRECISION", precision), ("B_KMAJOR", kmajor), ("NUM_SMS", sms)))
     grid = (min(sms, cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])),)
     fk(grid, a, b, c, M, N, K, a.stride(0), b.stride(0), b.stride(1), c.stride(0))
 
 
-TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True)
+TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True,
+              traits=Traits(persistent=True, tma_store=True, speed=lambda p, cfg: 0.95, capability=(9, 0)))
 
 
 # -- tf32 with K-major operands ------------------------------------------------------------------
@@ -124,7 +142,7 @@ def with_kmajor(v: Variant) -> Variant:
         if precision != "tf32" or emulating() or (a.stride(-1) == 1 and b.stride(-2) == 1):
             return False
         if v is TMA:   # judge alignment on what the kernel will read: a K-major B of this shape
-            return a.dim() == 2 and b.dim() == 2 and alpha == 1.0 and beta == 0.0 and capability()[0] >= 9 \
+            return a.dim() == 2 and b.dim() == 2 and alpha == 1.0 and beta == 0.0 and hopper(a) \
                 and (a.shape[1] * 4) % 16 == 0 and c.stride(1) == 1 and (c.stride(0) * 4) % 16 == 0
         return v.applicable(a, b, c, precision, alpha, beta)
 
@@ -137,7 +155,14 @@ def with_kmajor(v: Variant) -> Variant:
         buffer: a 2-D row-major B and a K-contiguous A (else torch copies, which a replay would skip)."""
         return WORKSPACE if v.replayable and a.stride(-1) == 1 and b.dim() == 2 else False
 
-    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune)
+    def copies(a, b, c, precision) -> int:
+        return (a.numel() * a.element_size() if a.stride(-1) != 1 else 0) + \
+            (b.numel() * b.element_size() if b.stride(-2) != 1 else 0)
+
+    t = v.traits
+    traits = replace(t, speed=lambda p, cfg: t.speed(replace(p, b_kmajor=True), cfg), copies=copies)
+    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune, traits, v.own_config,
+                   v.few_rows, v.splits_batch, v.emulation)
 
 
 # -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
@@ -162,22 +187,25 @@ def _simt_launch(a, b, c, *, precision, alpha, beta, config):
     get("async").launch(a, b, c, tile=None, opts={"config": config["name"]} if config else {})
 
 
-def _simt(bm: int, bn: int, bk: int, name: str) -> dict:
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": int(name.split("-s")[1][0]), "name": name}
+def _simt(bm: int, bn: int, bk: int, stages: int, name: str) -> dict:
+    """A rung-11 config: its tile and ring depth for the model's tables, its name for the rung."""
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": stages, "name": name}
 
 
 SIMT_ASYNC = Variant("simt-async", _simt_applicable,
-                     lambda kind: [_simt(64, 128, 16, "64x128x16-w32x64-t8x8-s3-m4"),
-                                   _simt(128, 128, 16, "128x128x16-w32x64-t8x8-s3-m2")] if kind == "ieee" else [],
-                     _simt_launch)
+                     lambda kind: [_simt(64, 128, 16, 3, "64x128x16-w32x64-t8x8-s3-m4"),
+                                   _simt(128, 128, 16, 3, "128x128x16-w32x64-t8x8-s3-m2")] if kind == "ieee" else [],
+                     _simt_launch, traits=Traits(modelled=False))
 
 
 # -- every variant the dispatcher chooses among ----------------------------------------------------
 
 def from_module(mod) -> Variant:
-    """A variant module (NAME, applicable, CONFIGS, launch; REPLAYABLE, prune where it has them) as a Variant."""
+    """A variant module (NAME, applicable, CONFIGS, launch, heuristic; REPLAYABLE, prune, TRAITS
+    where it has them) as a Variant."""
     return Variant(mod.NAME, mod.applicable, lambda kind: mod.CONFIGS.get(kind, []), mod.launch,
-                   getattr(mod, "REPLAYABLE", False), getattr(mod, "prune", None))
+                   getattr(mod, "REPLAYABLE", False), getattr(mod, "prune", None), getattr(mod, "TRAITS", Traits()),
+                   mod.heuristic)
 
 
 SPLITK = from_module(splitk)

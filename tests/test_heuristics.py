@@ -1,0 +1,195 @@
+"""The no-timing model (kernels/block/heuristics.py): it reproduces the tuner's recorded
+choices on the H100, makes different choices on a different GPU, and the default call path
+times nothing."""
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from tiledmm import tuning
+from tiledmm.registry import shape_class
+from tiledmm.kernels.block import heuristics as H
+from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import variants as V
+
+REPORT = Path(__file__).resolve().parents[1] / "docs/measurements/issue11_tuning_report_h100_session6.txt"
+
+
+def _recorded() -> list:
+    """Every tuning run in the H100 report: (M, N, K), precision, {variant:config -> ms}. The
+    report's shapes read M x K x N (its keys' shape class says so)."""
+    runs, cur = [], None
+    for line in REPORT.read_text().splitlines():
+        m = re.match(r"== (\d+)x(\d+)x(\d+) (\w+)", line)
+        if m:
+            M, K, N, prec = int(m[1]), int(m[2]), int(m[3]), m[4]
+            cur = ((M, N, K), "none" if prec in ("bf16", "fp16") else prec, {})
+            runs.append(cur)
+            continue
+        m = re.match(r"\s+([\d.]+) ms\s+(\S+)", line)
+        if m and cur is not None:
+            cur[2][m[2]] = float(m[1])
+    return runs
+
+
+def _parse(name: str) -> tuple:
+    variant, cfg = name.split(":")
+    out = {}
+    for kv in cfg.split("-"):
+        k, v = kv.split("=")
+        out[k] = {"True": True, "False": False}.get(v, v if not v.lstrip("-").isdigit() else int(v))
+    return V.BY_NAME[variant], out
+
+
+def _copies(name, M, N, K, precision):
+    """Bytes a variant copies for these row-major operands (tf32: B to K-major; tma-copy: any
+    operand whose rows are not 16-byte aligned)."""
+    esize = 2 if precision == "none" else 4
+    unaligned = (N * esize) % 16 != 0
+    if name.endswith("-kmajor"):
+        return K * N * esize
+    if name == "tma-copy":
+        return (K * N * esize if precision == "tf32" or unaligned else 0) + (2 * M * N * esize if unaligned else 0)
+    return 0
+
+
+def _bound(name, precision) -> bool:
+    """Repeat calls one bound launch (fastlaunch.replay) for these row-major operands."""
+    return name not in ("tma-persistent", "tma-copy") and not (name == "blocked-kmajor" and precision != "tf32")
+
+
+def _problem(shape, precision):
+    M, N, K = shape
+    esize = 2 if precision == "none" else 4
+    aligned = (N * esize) % 16 == 0 and (K * esize) % 16 == 0
+    return H.Problem(M, N, K, 1, "16bit" if precision == "none" else precision, esize, esize, False, aligned)
+
+
+@pytest.mark.parametrize("run", range(len(_recorded())))
+def test_model_reproduces_the_tuners_recorded_choices(run):
+    """Among the candidates the tuner timed on the H100, the model's pick measured within 10 %
+    of the fastest (most picks are the fastest itself)."""
+    shape, precision, times = _recorded()[run]
+    cands = []
+    for name in times:
+        v, cfg = _parse(name)
+        # the report's times are the GPU's alone (the host floor came later): compare like with like
+        cands.append(H.Candidate(name, cfg, v.traits, _copies(v.name, *shape, precision), v, bound=True))
+    got = H.pick(cands, _problem(shape, precision), H.H100)
+    best = min(times.values())
+    assert times[got.name] <= 1.10 * best, (shape, precision, got.name, times[got.name], best)
+
+
+def _model(shape, precision, names, dev=H.H100):
+    """The dispatcher's path without tensors: each variant's configs pruned at the shape class's
+    representative size, then the model's pick for the shape."""
+    M, N, K = shape
+    rep = _problem(tuple(2 ** e for e in shape_class(M, N, K)), precision)
+    vs = [V.BY_NAME[n] for n in names]
+    cands = bm.model_candidates(vs, rep, dev, {n: _copies(n, M, N, K, precision) for n in names},
+                                {n for n in names if not _bound(n, precision)})
+    return H.pick(cands, _problem(shape, precision), dev)
+
+
+def test_model_uses_wide_tiles_when_they_fill_the_machine(monkeypatch):
+    monkeypatch.setattr(bm, "emulating", lambda: False)
+    got = _model((8192, 8192, 128), "none", ("tma-persistent", "blocked"))
+    assert (got.config["BLOCK_M"], got.config["BLOCK_N"]) == (128, 256)    # the recorded 128 x 256 x 64
+
+
+def test_two_devices_two_choices(monkeypatch):
+    """The same call on a 132-SM Hopper and on a 20-SM GPU: the small GPU's SMs are filled by
+    the output tiles alone, so it does not split K; the large one does."""
+    monkeypatch.setattr(bm, "emulating", lambda: False)
+    names = ("blocked", "splitk")
+    shape = (512, 512, 8192)
+    big = _model(shape, "none", names, H.Device(132, (9, 0), 232448 - 1024))
+    small = _model(shape, "none", names, H.Device(20, (8, 0), 101376 - 1024, 0.5e6))
+    assert big.variant.name == "splitk" and small.variant.name == "blocked", (big.name, small.name)
+
+
+def test_model_respects_shared_memory(monkeypatch):
+    """A config that does not fit the device's shared memory is never offered."""
+    monkeypatch.setattr(bm, "emulating", lambda: False)
+    dev = H.Device(132, (9, 0), 160 * 1024)
+    p = H.Problem(4096, 4096, 4096, 1, "16bit", 2, 2)
+    cands = bm.model_candidates([V.BY_NAME["tma-persistent"], V.BLOCKED], p, dev)
+    assert cands
+    for cd in cands:
+        assert H.smem_bytes(cd.config, 2, 2, cd.traits.tma_store) <= dev.smem, cd.name
+
+
+def _count_timing(monkeypatch):
+    import tiledmm.timing as T
+    calls = []
+    for name in ("time_calls", "device_and_host", "wall_us_per_call"):
+        real = getattr(T, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            calls.append(_name)
+            return _real(*a, **k)
+        monkeypatch.setattr(T, name, counted)
+    monkeypatch.setattr(bm, "device_and_host", T.device_and_host)
+    return calls
+
+
+@pytest.mark.parametrize("tune", ["default", "on"])
+def test_default_pick_times_nothing(tune, monkeypatch, tmp_path):
+    """Through tiledmm.matmul, a new shape class: the default (TILEDMM_TUNE unset) times nothing;
+    TILEDMM_TUNE=on, the control, times the candidates (so the count can see timing)."""
+    import tiledmm
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TILEDMM_TUNE", raising=False)
+    prev = tuning.mode()
+    tuning._mode = None                       # read the environment afresh, as a new process does
+    tuning.forget()
+    bm._forget_plans()
+    calls = _count_timing(monkeypatch)
+    try:
+        assert tuning.mode() == "off"
+        if tune == "on":
+            tuning.set_mode("on")
+        gen = torch.Generator().manual_seed(3)
+        a, b = torch.randn(37, 53, generator=gen), torch.randn(53, 29, generator=gen)
+        got = tiledmm.matmul(a, b, kernel="triton")
+        assert torch.allclose(got, a @ b, atol=1e-4)
+        assert (len(calls) == 0) == (tune == "default"), calls
+    finally:
+        tuning.set_mode(prev)
+        tuning.forget()
+
+
+def test_store_wins_over_the_model(monkeypatch, tmp_path):
+    """A choice in the store is used, not the model's pick (emulation: two blocked configs)."""
+    import tiledmm
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
+    tuning.forget()
+    bm._forget_plans()
+    a, b = torch.randn(45, 21), torch.randn(21, 70)
+    c = torch.empty(45, 70)
+    cands = bm.candidates(a, b, c, "ieee", 1.0, 0.0)
+    assert len(cands) >= 2
+    p = bm._problem(a, b, c, "ieee")
+    model = H.pick(cands, p, bm.device(None))
+    other = next(cd for cd in cands if cd.name != model.name)
+    key = tuning.key_of("triton", *(str(k) for k in bm.plan_key(a, b, c, "ieee", 1.0, 0.0)[:-1]))
+    tuning._memory[key] = other.name
+    try:
+        got = tiledmm.matmul(a, b, kernel="triton")
+        assert torch.allclose(got, a @ b, atol=1e-4)
+        plan = bm._plans[bm.plan_key(a, b, c, "ieee", 1.0, 0.0)]
+        assert plan.keywords["config"] == other.config != model.config
+    finally:
+        tuning.forget()
+        bm._forget_plans()
+
+
+def test_capability_rules_out_the_copy_engine(monkeypatch):
+    """The same large bf16 call and candidates: a Hopper description picks a TMA kernel, a
+    capability-8.0 description (no TMA, no wgmma) the blocked kernel."""
+    monkeypatch.setattr(bm, "emulating", lambda: False)
+    names = ("blocked", "tma-persistent")
+    hopper = _model((4096, 4096, 4096), "none", names, H.Device(132, (9, 0)))
+    ampere = _model((4096, 4096, 4096), "none", names, H.Device(108, (8, 0), 166912 - 1024, 2.0e6))
+    assert hopper.variant.name == "tma-persistent" and ampere.variant.name == "blocked", (hopper.name, ampere.name)
