@@ -245,8 +245,6 @@ def _order(t):
 
 def why_not(a, b, c, precision, alpha=1.0, beta=0.0) -> str | None:
     """None if the kernel can run this product, else the reason (one line)."""
-    if os.environ.get("TRITON_INTERPRET", "") == "1":
-        return "Gluon kernels do not run in Triton's interpreter"
     if a.dim() != 2 or b.dim() != 2 or c.dim() != 2:
         return f"2-D only (a {tuple(a.shape)}, b {tuple(b.shape)})"
     kind = _DTYPES.get(str(a.dtype))
@@ -267,6 +265,8 @@ def why_not(a, b, c, precision, alpha=1.0, beta=0.0) -> str | None:
         lead = t.stride(0) if o == "n" else t.stride(1)
         if t.data_ptr() % 16 or (lead * t.element_size()) % 16:
             return f"TMA needs 16-byte aligned bases and row strides (shape {tuple(t.shape)}, strides {t.stride()})"
+    if os.environ.get("TRITON_INTERPRET", "") == "1":
+        return "Gluon kernels do not run in Triton's interpreter"
     if not _is_hopper():
         return "needs a Hopper GPU (sm_90)"
     return None
@@ -321,8 +321,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     config = config or heuristic(M, N, K, kind, _num_sms(), c.element_size())
     plan = descriptor_plan(a, b, c, config)
     sms = _num_sms()
-    grid = (min(sms, plan["tiles"]),)
-    gluon_ws_kernel[grid](
+    gluon_ws_kernel[(min(sms, plan["tiles"]),)](
         _descriptor(*plan["a"]), _descriptor(*plan["b"]), _descriptor(*plan["c"]), c, c.stride(0),
         M, N, K, float(alpha), float(beta),
         STAGES=config["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=config["GROUP_M"],
