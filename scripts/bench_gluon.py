@@ -114,7 +114,7 @@ def bench(M, N, K, dtype, configs):
                        sets[0][2].element_size())
     for cfg in configs:
         name = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}s{cfg['num_stages']}w{cfg['num_warps']}"
-                f"e{cfg['EPI_SPLIT']}g{cfg['GROUP_M']}")
+                f"e{cfg['EPI_SPLIT']}g{cfg['GROUP_M']}k{cfg['SPLIT_K']}")
         try:
             t, sp = time_fn(lambda a, b, c, cfg=cfg: (lambda: G.launch(a, b, c, precision=prec, config=cfg)), sets)
             row["configs"][name] = {"ms": t, "tflops": flops / t / 1e9, "x_torch": t_torch / t, "spread": sp,
@@ -132,9 +132,18 @@ def main():
     ap.add_argument("--out", default=None, help="folder for results.json")
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--tf32", action="store_true", help="also time tf32")
+    ap.add_argument("--sanitize", action="store_true",
+                    help="a few small checks only (to run under compute-sanitizer), then exit")
+    ap.add_argument("--align-probe", action="store_true", help="time 5000^3, 5056^3, 5120^3 (bf16, 128x256)")
     args = ap.parse_args()
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", G.triton.__version__, flush=True)
 
+    if args.sanitize:
+        for cfg in (G.CONFIGS["16bit"][0], G.CONFIGS["16bit"][5], G._c(64, 128, 64, 4, 6, split=4)):
+            print(cfg, check(200, 264, 136, torch.bfloat16, cfg, True, True),
+                  check(200, 264, 136, torch.bfloat16, cfg, alpha=0.5, beta=2.0), flush=True)
+        print(G.CONFIGS["tf32"][3], check(200, 264, 136, torch.float32, G.CONFIGS["tf32"][3], b_t=True))
+        return 0
     if not args.no_check:
         print("== correctness vs float64 ==", flush=True)
         for dtype in (torch.bfloat16, torch.float16):
@@ -143,12 +152,20 @@ def main():
             for a_t, b_t in ((True, False), (False, True), (True, True)):
                 print(dtype, f"a_t={a_t} b_t={b_t} 304x520x264:", check(304, 520, 264, dtype, None, a_t, b_t), flush=True)
             print(dtype, f"a_t={a_t} b_t={b_t} 784x1000x1000 128x256 epi2:",
-                  check(784, 1000, 1000, dtype, G.CONFIGS["16bit"][1], a_t, b_t), flush=True)
+                  check(784, 1000, 1000, dtype, G.CONFIGS["16bit"][0], a_t, b_t), flush=True)
             print(dtype, "alpha=0.5 beta=2 333x264x200:", check(333, 264, 200, dtype, None, alpha=0.5, beta=2.0), flush=True)
             print(dtype, "alpha=-1 beta=1 a_t 200x512x4096:", check(200, 512, 4096, dtype, None, True, False, -1.0, 1.0), flush=True)
             print(dtype, "offset sub-matrix 129x136x72:", check(129, 136, 72, dtype, offset=True), flush=True)
             print(dtype, "M=1 1x4096x4096:", check(1, 4096, 4096, dtype), flush=True)
             print(dtype, "K=8 100x100x8:", check(100, 104, 8, dtype), flush=True)
+            for split_cfg in [G._c(128, 128, 64, 8, 4, split=2), G._c(64, 128, 64, 4, 6, split=4)]:
+                # split-K: repeated launches (the counters reset themselves), empty splits (K=72:
+                # 2 K-steps over up to 4 splits), alpha/beta through the fix-up
+                name = f"split {split_cfg['SPLIT_K']} {split_cfg['BLOCK_M']}x{split_cfg['BLOCK_N']}"
+                print(dtype, name, "3 launches 512x4096x4096:",
+                      [check(512, 4096, 4096, dtype, split_cfg, seed=s) for s in range(3)],
+                      "K=72:", check(200, 264, 72, dtype, split_cfg),
+                      "ab:", check(333, 264, 1000, dtype, split_cfg, alpha=0.5, beta=2.0), flush=True)
             a, b = operands(64, 64, 64, dtype)
             mis = a.view(-1)[1:1 + 63 * 64].view(63, 64)
             print(dtype, "misaligned base:", G.why_not(mis, b, torch.empty(63, 64, device="cuda", dtype=dtype), "none"))
@@ -158,6 +175,12 @@ def main():
         print("tf32 alpha/beta:", check(333, 264, 200, torch.float32, None, b_t=True, alpha=0.5, beta=2.0))
         print("tf32 row-major B:", check(64, 64, 64, torch.float32))
 
+    if args.align_probe:   # is 5000 slow for its 10,000-byte rows (not a multiple of 128 bytes)?
+        for n in (5000, 5056, 5120):
+            r = bench(n, n, n, torch.bfloat16, [G.CONFIGS["16bit"][0]])
+            v = next(iter(r["configs"].values()))
+            print(f"align probe {n}^3 bf16 torch {r['torch_tflops']:.0f} gluon 128x256 {v.get('tflops', 0):.0f} TF/s",
+                  flush=True)
     print("== timing (CUDA graph of 20 launches, rotated inputs, median of 12) ==", flush=True)
     rows = []
     shapes = SHAPES[:4] + SHAPES[6:7] if args.quick else SHAPES
@@ -165,7 +188,7 @@ def main():
     for dtype in dts:
         kind = "16bit" if dtype != torch.float32 else "tf32"
         for (M, N, K) in shapes:
-            extra = [dict(G.CONFIGS[kind][1], GROUP_M=g) for g in (4, 16)] if M == N == K and M >= 4096 else []
+            extra = [dict(G.CONFIGS[kind][0], GROUP_M=g) for g in (4, 8)] if kind == "16bit" and M == N == K >= 4096 else []
             row = bench(M, N, K, dtype, G.CONFIGS[kind] + extra)
             rows.append(row)
             ok = {k: v for k, v in row["configs"].items() if "ms" in v}

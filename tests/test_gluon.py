@@ -105,11 +105,16 @@ def test_smem_bytes_counts_ring_and_staging():
     (64, 4096, 4096, "16bit", (64, 64)),         # one tile row: small tiles to fill the SMs
     (512, 4096, 4096, "16bit", (128, 128)),      # 128 tiles of 128x128 fill one wave
     (8192, 8192, 8192, "tf32", (128, 256)),
+    (64, 4096, 4096, "tf32", (64, 128)),         # 32 tiles: split in two, 64 units in one wave
+    (100, 104, 8, "16bit", (64, 64)),            # one K-step: no split
 ])
 def test_heuristic_pick(M, N, K, kind, tile):
     cfg = G.heuristic(M, N, K, kind, 132, 2 if kind == "16bit" else 4)
     assert (cfg["BLOCK_M"], cfg["BLOCK_N"]) == tile
     assert cfg in G.CONFIGS[kind]
+    tiles = -(-M // tile[0]) * -(-N // tile[1])
+    assert cfg["SPLIT_K"] == 1 or (tiles * cfg["SPLIT_K"] <= 132 and -(-K // cfg["BLOCK_K"]) >= 4 * cfg["SPLIT_K"])
+    assert cfg["SPLIT_K"] == (2 if (M, kind) == (64, "tf32") else 1)
 
 
 def test_heuristic_skips_configs_over_the_shared_memory_limit():
@@ -133,9 +138,10 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False):
     names = G.gluon_ws_kernel.arg_names
     sig = {"a_desc": descs[0].__mangle__(), "b_desc": descs[1].__mangle__(), "c_desc": descs[2].__mangle__(),
            "c_ptr": "*" + {BF16: "bf16", FP16: "fp16", FP32: "fp32"}[dtype], "stride_cm": "i32",
+           "ws_ptr": "*fp32", "cnt_ptr": "*i32",
            "M": "i32", "N": "i32", "K": "i32", "alpha": "fp32", "beta": "fp32"}
     const = dict(STAGES=cfg["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
-                 HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], LOADER_REGS=G.LOADER_REGS,
+                 HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"], LOADER_REGS=G.LOADER_REGS,
                  num_warps=cfg["num_warps"])
     sig.update({k: "constexpr" for k in const})
     src = GluonASTSource(G.gluon_ws_kernel, sig, {(names.index(k),): v for k, v in const.items()})
@@ -148,8 +154,9 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False):
 
 
 @pytest.mark.parametrize("cfg, dtype, a_t, b_t, mma", [
-    (G.CONFIGS["16bit"][1], BF16, True, True, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"),
-    (G.CONFIGS["16bit"][-1], FP16, False, False, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"),
+    (G.CONFIGS["16bit"][0], BF16, True, True, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"),
+    (G.CONFIGS["16bit"][5], FP16, False, False, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"),
+    (G._c(64, 128, 64, 4, 6, split=4), BF16, False, True, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"),
     (G.CONFIGS["tf32"][0], FP32, False, True, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"),
 ])
 def test_compiles_to_warp_specialised_wgmma(cfg, dtype, a_t, b_t, mma):
@@ -200,7 +207,7 @@ def test_gpu_transposed(dtype, a_t, b_t):
     if not G._is_hopper():
         pytest.skip("needs a Hopper GPU")
     _check(304, 520, 264, dtype, None, a_t, b_t)
-    _check(784, 1000, 1000, dtype, G.CONFIGS["16bit"][1], a_t, b_t)
+    _check(784, 1000, 1000, dtype, G.CONFIGS["16bit"][0], a_t, b_t)
 
 
 @pytest.mark.gpu
@@ -217,6 +224,21 @@ def test_gpu_tf32_every_config(cfg):
     if not G._is_hopper():
         pytest.skip("needs a Hopper GPU")
     _check(777, 1000, 1000, FP32, cfg, b_t=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, cfg", [(BF16, G._c(128, 128, 64, 8, 4, split=2)), (FP16, G._c(64, 128, 64, 4, 6, split=4)),
+                                        (FP32, G.CONFIGS["tf32"][3])])
+def test_gpu_split_k(dtype, cfg):
+    """Repeated launches (the arrival counters reset themselves), empty splits (K=72: 2-3 K-steps
+    over 2-4 splits), alpha/beta applied once after the fix-up."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    b_t = dtype == FP32
+    for _ in range(3):
+        _check(512, 1024, 2048, dtype, cfg, b_t=b_t)
+    _check(200, 264, 72, dtype, cfg, b_t=b_t)
+    _check(333, 264, 1000, dtype, cfg, b_t=b_t, alpha=0.5, beta=2.0)
 
 
 @pytest.mark.gpu

@@ -42,6 +42,7 @@ SMEM_LIMIT = 232448 - 2048  # the H100's opt-in shared memory per block, less ba
 # the TMA copies' names: async_load/async_store from Triton 3.7 on, the older names in 3.6 (the GPU image)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier     # 3.6's name, later gl.barrier
 _DTYPES = {"torch.bfloat16": "16bit", "torch.float16": "16bit", "torch.float32": "tf32"}
 
 
@@ -71,19 +72,31 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
+def _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
+    """Work unit -> (tile, pid_m, pid_n, first K-step, end K-step): SPLIT_K units per tile, adjacent."""
+    tile = unit // SPLIT_K
+    k_per = gl.cdiv(k_tiles, SPLIT_K)
+    k_lo = (unit % SPLIT_K) * k_per
+    k_hi = min(k_lo + k_per, k_tiles)
+    pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+    return tile, pid_m, pid_n, k_lo, k_hi
+
+
+@gluon.jit
 def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
             BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-            A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr):
+            A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
+            SPLIT_K: gl.constexpr):
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     it = 0
-    for tile in range(gl.program_id(0), num_pid_m * num_pid_n, NUM_SMS):
-        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
+        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
         off_m = pid_m * BM
         off_n = pid_n * BN
-        for ki in range(k_tiles):
+        for ki in range(k_lo, k_hi):
             s = it % STAGES
             # a fresh barrier passes a wait on parity 1: the first lap needs no consumer
             mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
@@ -102,21 +115,47 @@ def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
 
 
 @gluon.jit
-def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, M, N, K, alpha, beta,
+def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, off_m, off_n, M, N, alpha, beta, layout: gl.constexpr,
+              BM: gl.constexpr, BN: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
+              EPI_SPLIT: gl.constexpr):
+    """alpha * out (+ beta * C), through c_smem and a TMA store left in flight."""
+    if not ALPHA_ONE:
+        out = out * alpha
+    if HAS_BETA:
+        offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+        offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        old = gl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], mask=mask, other=0.0)
+        out = out + beta * old.to(gl.float32)
+    if EPI_SPLIT == 1:
+        tma.store_wait(pendings=0)      # the previous tile's store has read c_smem
+        c_smem.store(out.to(c_desc.dtype))
+        fence_async_shared()
+        _tma_store(c_desc, [off_m, off_n], c_smem)
+    else:   # two halves along N through a half-size staging tile
+        halves = out.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()
+        for h in gl.static_range(2):
+            tma.store_wait(pendings=0)
+            c_smem.store(halves[h].to(c_desc.dtype))
+            fence_async_shared()
+            _tma_store(c_desc, [off_m, off_n + h * (BN // 2)], c_smem)
+
+
+@gluon.jit
+def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, ws_ptr, cnt_ptr, M, N, K, alpha, beta,
               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
               A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
-              HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, NUM_WARPS: gl.constexpr):
+              HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr,
+              NUM_WARPS: gl.constexpr):
     layout: gl.constexpr = _acc_layout(a_bufs.dtype, BN, NUM_WARPS)
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
     it = 0
-    for tile in range(gl.program_id(0), num_pid_m * num_pid_n, NUM_SMS):
-        pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-        off_m = pid_m * BM
-        off_n = pid_n * BN
+    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
+        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
         acc = gl.zeros((BM, BN), dtype=gl.float32, layout=layout)
-        for ki in range(k_tiles):
+        for ki in range(k_lo, k_hi):
             s = it % STAGES
             mbarrier.wait(ready.index(s), (it // STAGES) & 1)
             a = a_bufs.index(s)
@@ -128,40 +167,41 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, M,
             acc = warpgroup_mma(a, b, acc, is_async=True)
             # one wgmma stays in flight: the one before it is done, so its stage goes back
             acc = warpgroup_mma_wait(1, deps=(acc,))
-            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > 0)
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
             it += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi > k_lo)
 
-        out = acc
-        if not ALPHA_ONE:
-            out = out * alpha
-        if HAS_BETA:
-            offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-            offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-            mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-            old = gl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], mask=mask, other=0.0)
-            out = out + beta * old.to(gl.float32)
-        if EPI_SPLIT == 1:
-            tma.store_wait(pendings=0)      # the previous tile's store has read c_smem
-            c_smem.store(out.to(c_desc.dtype))
-            fence_async_shared()
-            _tma_store(c_desc, [off_m, off_n], c_smem)
-        else:   # two halves along N through a half-size staging tile
-            halves = out.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()
-            for h in gl.static_range(2):
-                tma.store_wait(pendings=0)
-                c_smem.store(halves[h].to(c_desc.dtype))
-                fence_async_shared()
-                _tma_store(c_desc, [off_m, off_n + h * (BN // 2)], c_smem)
+        if SPLIT_K == 1:
+            _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, pid_m * BM, pid_n * BN, M, N, alpha, beta, layout,
+                      BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT)
+        else:
+            # split-K in one kernel: every unit leaves its fp32 partial in the workspace and counts
+            # itself in on the tile's counter; the last to arrive adds the others' partials, resets
+            # the counter for the next launch and runs the epilogue
+            rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+            cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+            offs = rows[:, None] * BN + cols[None, :]
+            gl.store(ws_ptr + unit.to(gl.int64) * (BM * BN) + offs, acc)
+            _cta_barrier()
+            arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT_K - 1:
+                for j in gl.static_range(SPLIT_K):
+                    other = tile * SPLIT_K + j
+                    if other != unit:
+                        acc += gl.load(ws_ptr + other.to(gl.int64) * (BM * BN) + offs, cache_modifier=".cg")
+                gl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, pid_m * BM, pid_n * BN, M, N, alpha, beta,
+                          layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT)
     tma.store_wait(pendings=0)
 
 
 @gluon.jit
-def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, M, N, K, alpha, beta,
+def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, ws_ptr, cnt_ptr, M, N, K, alpha, beta,
                     STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr,
                     NUM_SMS: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
-                    EPI_SPLIT: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                    EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, LOADER_REGS: gl.constexpr,
+                    num_warps: gl.constexpr):
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1] * EPI_SPLIT
     BK: gl.constexpr = b_desc.block_type.shape[1] if B_T else b_desc.block_type.shape[0]
@@ -176,10 +216,11 @@ def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, M, N, K, alpha, be
         mbarrier.init(empty.index(i), count=1)
 
     gl.warp_specialize([
-        (_consumer, (c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, M, N, K, alpha, beta,
-                     BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, HAS_BETA, ALPHA_ONE, EPI_SPLIT, num_warps)),
+        (_consumer, (c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, ws_ptr, cnt_ptr,
+                     M, N, K, alpha, beta, BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS,
+                     HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, num_warps)),
         (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
-                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS)),
+                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K)),
     ], [1], [LOADER_REGS])
 
     for i in gl.static_range(STAGES):
@@ -189,24 +230,29 @@ def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, M, N, K, alpha, be
 
 # -- host side -----------------------------------------------------------------------------------
 
-def _c(bm, bn, bk, warps, stages, group=8, epi=1) -> dict:
-    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "EPI_SPLIT": epi,
+def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "EPI_SPLIT": epi, "SPLIT_K": split,
             "num_warps": warps, "num_stages": stages}
 
 
 # 16-bit: 128x256 with two consumer warpgroups (the tutorials' best Hopper tile; EPI_SPLIT=2 halves
 # the output staging so a 4th stage fits), 64-row tiles with one warpgroup for few rows, smaller
-# tiles for products with few tiles. tf32: 4-byte operands, half the K per stage.
+# tiles for products with few tiles. tf32: 4-byte operands, half the K per stage; split-K (SPLIT_K
+# units per tile, fixed up in the kernel) only where it won on the H100 (tf32, one row of tiles):
+# in 16-bit it lost to the best unsplit tile on every shape measured (scripts/bench_gluon_h100.log).
 CONFIGS = {
-    "16bit": [_c(128, 256, 64, 8, 3), _c(128, 256, 64, 8, 4, epi=2), _c(128, 128, 64, 8, 4),
+    "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 4),
               _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8)],
-    "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2)],
+    "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2),
+             _c(64, 128, 32, 4, 6, split=2)],
 }
-# TFLOP/s of each tile on a large square product (H100, scripts/bench_gluon.py): the no-timing
-# pick's model of a full wave
-RATE = {(128, 256, 1): 704, (128, 256, 2): 704, (128, 128, 1): 652, (64, 256, 1): 638,
+# TFLOP/s of each tile on large square products (H100, scripts/bench_gluon.py): the no-timing
+# pick's model of a full wave; SPLIT_COST: a split unit's extra time (partial out, fix-up in),
+# split only where the units fit in one wave
+RATE = {(128, 256, 2): 720, (128, 256, 1): 704, (128, 128, 1): 652, (64, 256, 1): 638,
         (64, 128, 1): 543, (64, 64, 1): 400}
-RATE_TF32 = {(128, 128, 1): 323, (64, 128, 1): 266, (128, 256, 2): 362}
+RATE_TF32 = {(128, 128, 1): 315, (64, 128, 1): 266, (128, 256, 2): 355}
+SPLIT_COST = 1.6
 
 
 def smem_bytes(config: dict, esize: int, out_esize: int) -> int:
@@ -219,19 +265,23 @@ def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int 
     """The config a no-timing pick takes. Model: waves of tiles over the SMs, each wave as long as
     one tile at its measured rate (RATE); among configs within 10% of the best modelled time the
     largest tile wins (it moves fewer bytes per flop, which the model leaves out). Configs over
-    SMEM_LIMIT are skipped."""
+    SMEM_LIMIT are skipped, split-K ones unless all their units fit in one wave with >= 4 K-steps each."""
     esize = 2 if kind == "16bit" else 4
     rates = RATE if kind == "16bit" else RATE_TF32
     timed = []
     for cfg in CONFIGS[kind]:
-        if smem_bytes(cfg, esize, out_esize) > SMEM_LIMIT:
-            continue
+        split = cfg["SPLIT_K"]
         bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-        waves = cdiv(cdiv(M, bm) * cdiv(N, bn), sms)
-        timed.append((waves * bm * bn / rates[(bm, bn, cfg["EPI_SPLIT"])], cfg))
+        units = cdiv(M, bm) * cdiv(N, bn) * split
+        if smem_bytes(cfg, esize, out_esize) > SMEM_LIMIT or \
+                (split > 1 and (cdiv(K, cfg["BLOCK_K"]) < 4 * split or units > sms)):
+            continue
+        waves = cdiv(units, sms)
+        cost = SPLIT_COST if split > 1 else 1.0
+        timed.append((waves * bm * bn / split * cost / rates[(bm, bn, cfg["EPI_SPLIT"])], cfg))
     fastest = min(t for t, _ in timed)
-    near = [(cfg["BLOCK_M"] * cfg["BLOCK_N"], -t, cfg) for t, cfg in timed if t <= 1.1 * fastest]
-    return dict(max(near, key=lambda x: x[:2])[2])
+    near = [(cfg["BLOCK_M"] * cfg["BLOCK_N"], -cfg["SPLIT_K"], -t, cfg) for t, cfg in timed if t <= 1.1 * fastest]
+    return dict(max(near, key=lambda x: x[:3])[3])
 
 
 def _order(t):
@@ -291,19 +341,23 @@ def _num_sms() -> int:
 _GL = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16, "torch.float32": gl.float32}
 
 
-def descriptor_plan(a, b, c, config: dict) -> dict:
+def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     """What the launch builds (no GPU needed): the tensors the descriptors cover, their block
-    shapes, the transposition flags and the grid. A transposed operand is described by its
+    shapes, the transposition flags, the grid and the split-K scratch sizes (elements). A transposed operand is described by its
     transpose (a contiguous view: no copy)."""
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     a_t, b_t = _order(a) == "t", _order(b) == "t"
     M, N = a.shape[0], b.shape[1]
     tiles = cdiv(M, bm) * cdiv(N, bn)
+    split = config.get("SPLIT_K", 1)
     return {
         "a": (a.t() if a_t else a, [bk, bm] if a_t else [bm, bk]),
         "b": (b.t() if b_t else b, [bn, bk] if b_t else [bk, bn]),
         "c": (c, [bm, bn // config.get("EPI_SPLIT", 1)]),
-        "A_T": a_t, "B_T": b_t, "tiles": tiles,
+        "A_T": a_t, "B_T": b_t, "tiles": tiles, "split": split,
+        "grid": min(num_sms, tiles * split),
+        # split-K: one fp32 partial tile per unit, one arrival counter per tile
+        "workspace": tiles * split * bm * bn if split > 1 else 0, "counters": tiles if split > 1 else 0,
     }
 
 
@@ -313,18 +367,30 @@ def _descriptor(t, block):
     return TensorDescriptor.from_tensor(t, block, layout)
 
 
+_COUNTERS: dict = {}    # device -> int32 arrival counters (zero between launches: the last arrival resets)
+
+
+def _scratch(plan, device):
+    """(fp32 workspace, int32 counters) of a split-K launch; 1-element stand-ins otherwise."""
+    import torch
+    n = max(plan["counters"], 1)
+    cnt = _COUNTERS.get(device)
+    if cnt is None or cnt.numel() < n:
+        cnt = _COUNTERS[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+    return torch.empty(max(plan["workspace"], 1), dtype=torch.float32, device=device), cnt
+
+
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     """Enqueue c = alpha * a @ b + beta * c on torch's current stream (no host sync)."""
     M, K = a.shape
     N = b.shape[1]
-    kind = _DTYPES[str(a.dtype)]
-    config = config or heuristic(M, N, K, kind, _num_sms(), c.element_size())
-    plan = descriptor_plan(a, b, c, config)
     sms = _num_sms()
-    gluon_ws_kernel[(min(sms, plan["tiles"]),)](
-        _descriptor(*plan["a"]), _descriptor(*plan["b"]), _descriptor(*plan["c"]), c, c.stride(0),
+    config = config or heuristic(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size())
+    plan = descriptor_plan(a, b, c, config, sms)
+    ws, cnt = _scratch(plan, c.device)
+    gluon_ws_kernel[(plan["grid"],)](
+        _descriptor(*plan["a"]), _descriptor(*plan["b"]), _descriptor(*plan["c"]), c, c.stride(0), ws, cnt,
         M, N, K, float(alpha), float(beta),
         STAGES=config["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=config["GROUP_M"],
         NUM_SMS=sms, HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0, EPI_SPLIT=config.get("EPI_SPLIT", 1),
-        LOADER_REGS=LOADER_REGS,
-        num_warps=config["num_warps"])
+        SPLIT_K=plan["split"], LOADER_REGS=LOADER_REGS, num_warps=config["num_warps"])
