@@ -134,10 +134,29 @@ def main():
     ap.add_argument("--tf32", action="store_true", help="also time tf32")
     ap.add_argument("--sanitize", action="store_true",
                     help="a few small checks only (to run under compute-sanitizer), then exit")
+    ap.add_argument("--eager", action="store_true",
+                    help="host cost of eager launches (no graph): wall time of 200 back-to-back calls, then exit")
     ap.add_argument("--align-probe", action="store_true", help="time 5000^3, 5056^3, 5120^3 (bf16, 128x256)")
     args = ap.parse_args()
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", G.triton.__version__, flush=True)
 
+    if args.eager:
+        import time
+        for (M, N, K) in ((1000, 1000, 1000), (512, 4096, 4096), (64, 4096, 4096)):
+            a, b, c = *operands(M, N, K, torch.bfloat16), torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+            for name, fn in (("gluon", lambda: G.launch(a, b, c, precision="none")),
+                             ("torch", lambda: torch.matmul(a, b, out=c))):
+                fn()
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                for _ in range(200):
+                    fn()
+                t1 = time.perf_counter()
+                torch.cuda.synchronize()
+                t2 = time.perf_counter()
+                print(f"eager {M}x{N}x{K} {name}: host {1e6 * (t1 - t0) / 200:.1f} us/call, "
+                      f"with GPU {1e6 * (t2 - t0) / 200:.1f} us/call", flush=True)
+        return 0
     if args.sanitize:
         for cfg in (G.CONFIGS["16bit"][0], G.CONFIGS["16bit"][5], G._c(64, 128, 64, 4, 6, split=4)):
             print(cfg, check(200, 264, 136, torch.bfloat16, cfg, True, True),

@@ -13,7 +13,13 @@ itself what Triton's ``tl`` compiler decides, following Triton's Gluon tutorials
   LOADER_REGS registers (``setmaxnreg``), leaving the rest to the consumers;
 * epilogue: ``alpha * acc (+ beta * C)``, written through shared memory and a TMA store
   whose completion is awaited only before the next tile's store (overlapped with its main
-  loop). With beta != 0, C is read with ordinary loads in the epilogue (exposed, not ahead).
+  loop); EPI_SPLIT=2 stores the tile in two halves through a half-size staging buffer, which
+  frees room for a 4th stage. With beta != 0, C is read with ordinary loads in the epilogue
+  (exposed, not ahead; the 128x256 tile spills registers there);
+* split-K in one kernel (config SPLIT_K): SPLIT_K adjacent work units per tile; each leaves an
+  fp32 partial in a workspace and counts itself in on the tile's counter; the last to arrive adds
+  the others, runs the epilogue and resets the counter (so the counters stay zero between
+  launches: launches sharing them must not run concurrently, i.e. one stream);
 * operands in the layout they have: a transposed A or B (unit stride along M or N) is
   described by a TMA descriptor of its transpose and fed to wgmma through a permuted
   shared-memory view -- no copy. Ragged edges are the copy engine's: out-of-bounds loads
@@ -21,7 +27,10 @@ itself what Triton's ``tl`` compiler decides, following Triton's Gluon tutorials
 
 tf32 (float32 operands) needs both operands K-major (a wgmma rule): A row-major, B
 column-major; other float32 layouts are not applicable here (no per-call copy).
-2-D only. Not done here (issue 24's later steps): stream-K / split-K, swap-AB, C read ahead.
+2-D only. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
+consumers. Host cost: ``launch`` goes through Gluon's JIT launcher and builds three descriptors
+per call (about 95-150 us of host time a call on the GPU image, against torch's 12 us):
+eager calls need a cached fast path before small products can win.
 
 The module imports only torch and triton, so it runs standalone (scripts/bench_gluon.py).
 """
