@@ -352,8 +352,8 @@ _GL = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16, "torch.float3
 
 def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     """What the launch builds (no GPU needed): the tensors the descriptors cover, their block
-    shapes, the transposition flags, the grid and the split-K scratch sizes (elements). A transposed operand is described by its
-    transpose (a contiguous view: no copy)."""
+    shapes, the transposition flags, the grid and the split-K scratch sizes (elements). A
+    transposed operand is described by its transpose (a contiguous view: no copy)."""
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     a_t, b_t = _order(a) == "t", _order(b) == "t"
     M, N = a.shape[0], b.shape[1]
