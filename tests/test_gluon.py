@@ -1,0 +1,257 @@
+"""The Gluon warp-specialised Hopper GEMM (kernels/block/gluon_gemm.py, issue 24).
+
+On the CPU: its launch logic -- which products it takes and why not (one-line reasons), the
+descriptor plan (which tensor each TMA descriptor covers, block shapes, transposition flags,
+grid), the no-timing config pick and the shared-memory budget -- and, where the installed Triton
+has its CUDA backend (ptxas), that the kernel compiles for sm_90a to warp-specialised wgmma code.
+On a Hopper GPU (@pytest.mark.gpu): results against float64 for ragged edges, transposed and
+offset operands, alpha/beta, bf16/fp16/tf32, with the output poisoned first.
+"""
+import os
+import re
+
+import pytest
+import torch
+
+from tiledmm.kernels.block import gluon_gemm as G
+
+BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
+
+
+def _mats(M, N, K, dtype=BF16, a_t=False, b_t=False, device="cpu"):
+    a = torch.randn((K, M) if a_t else (M, K), device=device).to(dtype)
+    b = torch.randn((N, K) if b_t else (K, N), device=device).to(dtype)
+    c = torch.empty(M, N, device=device, dtype=dtype)
+    return (a.t() if a_t else a), (b.t() if b_t else b), c
+
+
+# -- applicability: every refusal is one line naming what is wrong ----------------------------------
+
+@pytest.mark.parametrize("case, expect", [
+    (lambda: (torch.randn(2, 8, 8).to(BF16), torch.randn(8, 8).to(BF16), torch.empty(2, 8, 8, dtype=BF16)), "2-D only"),
+    (lambda: (torch.randn(8, 8).to(BF16), torch.randn(8, 8).to(FP16), torch.empty(8, 8, dtype=BF16)), "dtypes"),
+    (lambda: (torch.randn(8, 8, dtype=torch.float64), torch.randn(8, 8, dtype=torch.float64),
+              torch.empty(8, 8, dtype=torch.float64)), "dtypes"),
+    (lambda: (torch.randn(8, 0).to(BF16), torch.randn(0, 8).to(BF16), torch.empty(8, 8, dtype=BF16)), "empty"),
+    (lambda: (torch.randn(16, 32).to(BF16)[:, ::2], torch.randn(16, 8).to(BF16), torch.empty(16, 8, dtype=BF16)),
+     "strides"),
+    (lambda: (torch.randn(8, 16).to(BF16), torch.randn(16, 8).to(BF16), torch.empty(8, 8, dtype=BF16).t()), "strides"),
+    (lambda: (torch.randn(8, 12).to(BF16), torch.randn(12, 8).to(BF16), torch.empty(8, 8, dtype=BF16)), "16-byte"),
+    (lambda: (torch.randn(8 * 16 + 1).to(BF16)[1:].view(8, 16), torch.randn(16, 8).to(BF16),
+              torch.empty(8, 8, dtype=BF16)), "16-byte"),
+])
+def test_why_not_names_the_problem(case, expect):
+    a, b, c = case()
+    why = G.why_not(a, b, c, "none")
+    assert why is not None and expect in why and "\n" not in why
+    assert not G.applicable(a, b, c, "none")
+
+
+def test_why_not_float32_needs_tf32_and_k_major_operands():
+    a, b, c = _mats(16, 16, 16, FP32)
+    assert "only tf32" in G.why_not(a, b, c, "ieee")
+    assert "K-major" in G.why_not(a, b, c, "tf32")               # B row-major
+    a, b, c = _mats(16, 16, 16, FP32, a_t=True, b_t=True)
+    assert "K-major" in G.why_not(a, b, c, "tf32")               # A column-major
+
+
+def test_why_not_on_the_cpu_is_about_the_machine_only():
+    """A product the kernel could run is refused here for the machine's sake alone."""
+    a, b, c = _mats(64, 64, 64, BF16, a_t=True, b_t=True)
+    why = G.why_not(a, b, c, "none")
+    assert why in ("Gluon kernels do not run in Triton's interpreter", "needs a Hopper GPU (sm_90)") \
+        or (why is None and G._is_hopper() and os.environ.get("TRITON_INTERPRET") != "1")
+
+
+# -- the descriptor plan: what each TMA descriptor covers ------------------------------------------
+
+@pytest.mark.parametrize("a_t, b_t", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("cfg", G.CONFIGS["16bit"])
+def test_descriptor_plan(a_t, b_t, cfg):
+    M, N, K = 300, 520, 264
+    a, b, c = _mats(M, N, K, BF16, a_t, b_t)
+    plan = G.descriptor_plan(a, b, c, cfg)
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    ta, blk_a = plan["a"]
+    tb, blk_b = plan["b"]
+    tc, blk_c = plan["c"]
+    assert plan["A_T"] == a_t and plan["B_T"] == b_t
+    # a transposed operand is described by its transpose: a row-major view of the same memory
+    for t, src in ((ta, a), (tb, b)):
+        assert t.data_ptr() == src.data_ptr() and t.stride(1) == 1
+    assert tuple(ta.shape) == ((K, M) if a_t else (M, K)) and blk_a == ([bk, bm] if a_t else [bm, bk])
+    assert tuple(tb.shape) == ((N, K) if b_t else (K, N)) and blk_b == ([bn, bk] if b_t else [bk, bn])
+    assert tc is c and blk_c == [bm, bn // cfg["EPI_SPLIT"]]
+    assert plan["tiles"] == -(-M // bm) * -(-N // bn)
+
+
+# -- the configs and the no-timing pick ------------------------------------------------------------
+
+@pytest.mark.parametrize("kind, esize, out", [("16bit", 2, 2), ("tf32", 4, 4)])
+def test_configs_fit_shared_memory(kind, esize, out):
+    for cfg in G.CONFIGS[kind]:
+        assert G.smem_bytes(cfg, esize, out) <= G.SMEM_LIMIT, cfg
+        assert cfg["BLOCK_N"] <= 256 and cfg["num_warps"] == (8 if cfg["BLOCK_M"] == 128 else 4)
+
+
+def test_smem_bytes_counts_ring_and_staging():
+    cfg = G._c(128, 256, 64, 8, 3)
+    assert G.smem_bytes(cfg, 2, 2) == 3 * (128 + 256) * 64 * 2 + 128 * 256 * 2
+    assert G.smem_bytes(dict(cfg, EPI_SPLIT=2), 2, 2) == 3 * (128 + 256) * 64 * 2 + 128 * 256
+
+
+@pytest.mark.parametrize("M, N, K, kind, tile", [
+    (8192, 8192, 8192, "16bit", (128, 256)),     # many tiles: the largest tile
+    (64, 4096, 4096, "16bit", (64, 64)),         # one tile row: small tiles to fill the SMs
+    (512, 4096, 4096, "16bit", (128, 128)),      # 128 tiles of 128x128 fill one wave
+    (8192, 8192, 8192, "tf32", (128, 256)),
+    (64, 4096, 4096, "tf32", (64, 128)),         # 32 tiles: split in two, 64 units in one wave
+    (100, 104, 8, "16bit", (64, 64)),            # one K-step: no split
+])
+def test_heuristic_pick(M, N, K, kind, tile):
+    cfg = G.heuristic(M, N, K, kind, 132, 2 if kind == "16bit" else 4)
+    assert (cfg["BLOCK_M"], cfg["BLOCK_N"]) == tile
+    assert cfg in G.CONFIGS[kind]
+    tiles = -(-M // tile[0]) * -(-N // tile[1])
+    assert cfg["SPLIT_K"] == 1 or (tiles * cfg["SPLIT_K"] <= 132 and -(-K // cfg["BLOCK_K"]) >= 4 * cfg["SPLIT_K"])
+    assert cfg["SPLIT_K"] == (2 if (M, kind) == (64, "tf32") else 1)
+
+
+def test_heuristic_skips_configs_over_the_shared_memory_limit():
+    # a float32 output doubles the staging tile: 128x256 with 4 stages and EPI_SPLIT=2 no longer fits
+    cfg = G.heuristic(8192, 8192, 8192, "16bit", 132, out_esize=4)
+    assert G.smem_bytes(cfg, 2, 4) <= G.SMEM_LIMIT
+
+
+# -- compiling for sm_90a on the CPU (the installed Triton's CUDA backend) -------------------------
+
+def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False):
+    triton = pytest.importorskip("triton")
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.experimental.gluon._runtime import GluonASTSource
+    except ImportError as e:  # pragma: no cover  (a Triton without Gluon's runtime)
+        pytest.skip(f"no Gluon compiler: {e}")
+    a, b, c = _mats(128, 256, 128, dtype, a_t, b_t)
+    plan = G.descriptor_plan(a, b, c, cfg)
+    descs = [G._descriptor(*plan[x]) for x in "abc"]
+    names = G.gluon_ws_kernel.arg_names
+    sig = {"a_desc": descs[0].__mangle__(), "b_desc": descs[1].__mangle__(), "c_desc": descs[2].__mangle__(),
+           "c_ptr": "*" + {BF16: "bf16", FP16: "fp16", FP32: "fp32"}[dtype], "stride_cm": "i32",
+           "ws_ptr": "*fp32", "cnt_ptr": "*i32",
+           "M": "i32", "N": "i32", "K": "i32", "alpha": "fp32", "beta": "fp32"}
+    const = dict(STAGES=cfg["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
+                 HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"], LOADER_REGS=G.LOADER_REGS,
+                 num_warps=cfg["num_warps"])
+    sig.update({k: "constexpr" for k in const})
+    src = GluonASTSource(G.gluon_ws_kernel, sig, {(names.index(k),): v for k, v in const.items()})
+    try:
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
+    except RuntimeError as e:
+        if "ptxas" in str(e).lower():
+            pytest.skip(f"no ptxas: {e}")
+        raise
+
+
+@pytest.mark.parametrize("cfg, dtype, a_t, b_t, mma", [
+    (G.CONFIGS["16bit"][0], BF16, True, True, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"),
+    (G.CONFIGS["16bit"][5], FP16, False, False, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"),
+    (G._c(64, 128, 64, 4, 6, split=4), BF16, False, True, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"),
+    (G.CONFIGS["tf32"][0], FP32, False, True, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"),
+])
+def test_compiles_to_warp_specialised_wgmma(cfg, dtype, a_t, b_t, mma):
+    k = _compile(cfg, dtype, a_t, b_t)
+    ptx = k.asm["ptx"]
+    assert mma in ptx
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.mbarrier", ptx)   # TMA loads
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx                          # TMA store
+    # register reallocation: the loader warp is set to LOADER_REGS, the consumers take more
+    assert re.search(rf"setmaxnreg\.\w+\.sync\.aligned\.u32\s+{G.LOADER_REGS}\b", ptx)
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+2[0-9]{2}\b", ptx)
+    assert k.metadata.shared <= G.SMEM_LIMIT + 2048
+
+
+# -- on a Hopper GPU: against float64 --------------------------------------------------------------
+
+def _check(M, N, K, dtype, cfg=None, a_t=False, b_t=False, alpha=1.0, beta=0.0):
+    a, b, c = _mats(M, N, K, dtype, a_t, b_t, device="cuda")
+    if beta:
+        c.copy_(torch.randn(M, N, device="cuda"))
+    else:
+        c.fill_(float("nan"))
+    c0, a0, b0 = c.clone(), a.clone(), b.clone()
+    prec = "tf32" if dtype == FP32 else "none"
+    assert G.applicable(a, b, c, prec, alpha, beta), G.why_not(a, b, c, prec, alpha, beta)
+    G.launch(a, b, c, precision=prec, alpha=alpha, beta=beta, config=cfg)
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any()
+    assert torch.equal(a, a0) and torch.equal(b, b0)       # inputs untouched
+    ref = alpha * (a.double() @ b.double()) + (beta * c0.double() if beta else 0)
+    err = ((c.double() - ref).norm() / ref.norm()).item()
+    assert err < {BF16: 1e-2, FP16: 2e-3, FP32: 2e-3}[dtype], err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+@pytest.mark.parametrize("cfg", G.CONFIGS["16bit"])
+def test_gpu_ragged_every_config(dtype, cfg):
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    _check(777, 1000, 1000, dtype, cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+@pytest.mark.parametrize("a_t, b_t", [(True, False), (False, True), (True, True)])
+def test_gpu_transposed(dtype, a_t, b_t):
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    _check(304, 520, 264, dtype, None, a_t, b_t)
+    _check(784, 1000, 1000, dtype, G.CONFIGS["16bit"][0], a_t, b_t)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, FP16, FP32])
+def test_gpu_alpha_beta(dtype):
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    _check(333, 264, 200, dtype, None, b_t=dtype == FP32, alpha=0.5, beta=2.0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", G.CONFIGS["tf32"])
+def test_gpu_tf32_every_config(cfg):
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    _check(777, 1000, 1000, FP32, cfg, b_t=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, cfg", [(BF16, G._c(128, 128, 64, 8, 4, split=2)), (FP16, G._c(64, 128, 64, 4, 6, split=4)),
+                                        (FP32, G.CONFIGS["tf32"][3])])
+def test_gpu_split_k(dtype, cfg):
+    """Repeated launches (the arrival counters reset themselves), empty splits (K=72: 2-3 K-steps
+    over 2-4 splits), alpha/beta applied once after the fix-up."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    b_t = dtype == FP32
+    for _ in range(3):
+        _check(512, 1024, 2048, dtype, cfg, b_t=b_t)
+    _check(200, 264, 72, dtype, cfg, b_t=b_t)
+    _check(333, 264, 1000, dtype, cfg, b_t=b_t, alpha=0.5, beta=2.0)
+
+
+@pytest.mark.gpu
+def test_gpu_offset_submatrix_and_edges():
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    big = torch.randn(129, 88, device="cuda").to(BF16)
+    a = big[:, 8:80]                       # 16-byte aligned offset, row stride 88
+    b = torch.randn(72, 136, device="cuda").to(BF16)
+    c = torch.full((129, 136), float("nan"), device="cuda", dtype=BF16)
+    G.launch(a, b, c, precision="none")
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+    _check(1, 4096, 4096, BF16)
+    _check(100, 104, 8, FP16)
