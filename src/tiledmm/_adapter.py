@@ -179,8 +179,9 @@ def device_getter():
 
 
 def internal_overlap(t) -> bool:
-    """Whether two positions of ``t`` share memory (a zero stride, or strides that interleave):
-    torch's own test where it has one, else the zero-stride test."""
+    """Whether two positions of ``t`` surely share memory: torch's own test where it has one (it
+    finds zero strides and strides smaller than the extent they step over, and answers "too
+    hard" -- taken as no -- for some interleavings), else the zero-stride test."""
     import torch
     probe = getattr(torch, "_debug_has_internal_overlap", None)
     if probe is not None:
