@@ -20,6 +20,7 @@ def undecided(monkeypatch):
     monkeypatch.setattr(_adapter, "_direct", None)
     monkeypatch.setattr(_adapter, "_why_not", "")
     monkeypatch.setattr(_adapter._backend, "emulating", lambda: False)
+    monkeypatch.setattr(_adapter, "_capturing", lambda: False)
     yield
     monkeypatch.setattr(_adapter, "_direct", None)
 
@@ -74,6 +75,14 @@ def test_a_failing_self_test_turns_direct_launches_off_with_one_warning(undecide
         assert not _adapter.triton_direct() and not _adapter.triton_direct()
     assert len(caught) == 1
     assert ("TypeError" if failure == "raises" else "wrong values") in str(caught[0].message)
+
+
+def test_no_decision_inside_a_graph_capture(undecided, monkeypatch):
+    """The self-test synchronises, which a CUDA graph capture forbids: while capturing, direct
+    launches are off for the call and the decision waits."""
+    monkeypatch.setattr(_adapter, "_capturing", lambda: True)
+    monkeypatch.setattr(_adapter, "_decide", lambda: pytest.fail("decided during a capture"))
+    assert _adapter.triton_direct() is False and _adapter._direct is None
 
 
 def test_a_passing_self_test_turns_direct_launches_on_silently(undecided, monkeypatch):

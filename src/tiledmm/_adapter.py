@@ -53,10 +53,19 @@ def triton_direct() -> bool:
     once per process: a checked Triton version on a GPU, and a passing self-test)."""
     global _direct
     if _direct is None:
+        if _capturing():
+            return False     # the self-test synchronises: not inside a CUDA graph capture (decided later)
         with _direct_lock:
             if _direct is None:
                 _direct = _decide()
     return _direct
+
+
+def _capturing() -> bool:
+    if _backend.emulating():
+        return False
+    import torch
+    return torch.cuda.is_current_stream_capturing()
 
 
 def _decide() -> bool:
