@@ -81,7 +81,7 @@ def test_class_launch_passes_what_the_variant_itself_would(standin, launch, batc
         fn(a2, b2, c2, alpha=1.0, beta=0.0)                          # the variant's own (direct) launch
         own = [x for x in calls]
         calls.clear()
-        assert cls(9, a2, b2, c2, 1.0, 0.0) is True
+        assert cls(9, fastlaunch._env(a2, b2, c2, 1.0, 0.0)) is True
         mine = list(calls)
         assert len(own) == len(mine) == 1
         o, m = list(own[0]), list(mine[0])
@@ -100,11 +100,11 @@ def test_a_new_specialisation_is_compiled_by_the_variant_then_bound(standin):
     cls, _ = fastlaunch.bind(fn, a, b, c, 1.0, 0.0)
     a2, b2, c2 = _operands(48, 24, 72)            # M % 16 == 0: Triton specialises on it
     calls.clear()
-    assert cls(9, a2, b2, c2, 1.0, 0.0) is False and calls == []      # not compiled: nothing launched
+    assert cls(9, fastlaunch._env(a2, b2, c2, 1.0, 0.0)) is False and calls == []      # not compiled: nothing launched
     fn(a2, b2, c2, alpha=1.0, beta=0.0)
     assert len(compiled) == 2
     calls.clear()
-    assert cls(9, a2, b2, c2, 1.0, 0.0) is True and calls[0][4] == "fn1"
+    assert cls(9, fastlaunch._env(a2, b2, c2, 1.0, 0.0)) is True and calls[0][4] == "fn1"
 
 
 def test_a_kernel_with_other_parameters_is_bound_per_signature(standin):

@@ -239,38 +239,45 @@ _ENV = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_ab", "stride_am", "str
 MAX_GRID_YZ = 65535
 
 
+def env(sa, sb, st_a, st_b, st_c, pa: int, pb: int, pc: int, alpha: float, beta: float) -> tuple:
+    """The values of ``_ENV`` for one call, and the batch last, from the operands' shapes, strides
+    and pointers (batch strides 0 for a 2-D or broadcast operand; a, b, c of one rank)."""
+    if len(sa) == 3:
+        batch = sa[0]
+        return (pa, pb, pc, sa[1], sb[2], sa[2], st_a[0] if batch > 1 else 0, st_a[1], st_a[2],
+                st_b[0] if sb[0] > 1 else 0, st_b[1], st_b[2], st_c[0], st_c[1], st_c[2], alpha, beta, batch)
+    return (pa, pb, pc, sa[0], sb[1], sa[1], 0, st_a[0], st_a[1], 0, st_b[0], st_b[1], 0, st_c[0], st_c[1],
+            alpha, beta, 1)
+
+
 def _env(a, b, c, alpha, beta) -> tuple:
-    """The values of ``_ENV`` for one call (batch strides 0 for a 2-D or broadcast operand)."""
-    sa, sb, sc = a.stride(), b.stride(), c.stride()
-    shape = a.shape
-    if len(shape) == 3:
-        sab = sa[0] if shape[0] > 1 else 0
-        sbb = sb[0] if b.dim() == 3 and b.shape[0] > 1 else 0
-        scb = sc[0]
-    else:
-        sab = sbb = 0
-        scb = sc[0] if len(sc) == 3 else 0
-    return (a.data_ptr(), b.data_ptr(), c.data_ptr(), shape[-2], b.shape[-1], shape[-1], sab, sa[-2], sa[-1],
-            sbb, sb[-2], sb[-1], scb, sc[-2], sc[-1], alpha, beta)
+    return env(a.shape, b.shape, a.stride(), b.stride(), c.stride(), a.data_ptr(), b.data_ptr(), c.data_ptr(),
+               alpha, beta)
 
 
 class ClassLaunch:
     """A bound launch for a whole shape class: one FastKernel (meta fixed) whose runtime
     parameters are all in ``_ENV``, launched with sizes, strides and pointers read from each
     call's tensors and the grid computed per call (host cdiv): the variants' plain launch
-    (``replayable is True``) without their Python. ``__call__(stream, a, b, c, alpha, beta)``
-    returns False where it launched nothing (a specialisation not compiled yet, a batch over the
+    (``replayable is True``) without their Python. ``__call__(stream, env)``
+    (``env``: the call's ``env(...)``) returns False where it launched nothing (a specialisation not compiled yet, a batch over the
     grid limit, a kernel with scratch on a stream other than its own): the caller runs the
     variant, which compiles, and later calls take the bound path.
 
-    Immutable once built except ``_known`` (specialisation -> C launch), which only grows."""
+    Immutable once built but for two caches that only fill (and ``_memo`` starts again when
+    full): specialisation -> C launch, and sizes -> (C launch, grid)."""
 
-    def __init__(self, fk, pick, ints: tuple, fixed_key: tuple, persistent: int, bm: int, bn: int, batched: bool):
-        self.fk, self.pick, self.ints, self.fixed_key = fk, pick, ints, fixed_key
+    MEMO = 4096
+
+    def __init__(self, fk, pick, ints, where: tuple, fixed_key: tuple, persistent: int, bm: int, bn: int,
+                 batched: bool):
+        self.fk, self.pick, self.ints, self.where, self.fixed_key = fk, pick, ints, where, fixed_key
         self.persistent, self.bm, self.bn, self.batched = persistent, bm, bn, batched
         self.tail = tuple(fk._template[len(fk._slots):])
         self.home = current_stream()
         self._known: dict[tuple, tuple] = {}
+        self._memo: dict[tuple, tuple] = {}
+        self._buffer = None
         self._scratch_lock = threading.Lock()
 
     @classmethod
@@ -287,71 +294,75 @@ class ClassLaunch:
             return None
         idx = [_ENV.index(n) for n in names]
         pick = operator.itemgetter(*idx) if len(idx) > 1 else (lambda env: (env[idx[0]],))
-        ints = tuple(i for i, n in enumerate(names) if 3 <= _ENV.index(n) <= 14)
-        fixed_key = tuple(k for i, k in enumerate(key) if i not in ints)
+        where = tuple(i for i, n in enumerate(names) if 3 <= _ENV.index(n) <= 14)
+        ints = operator.itemgetter(*(idx[i] for i in where), len(_ENV))    # the sizes, strides and batch
+        fixed_key = tuple(k for i, k in enumerate(key) if i not in where)
         persistent = fk.meta.get("NUM_SMS", 0)
-        self = cls(fk, pick, ints, fixed_key, persistent if isinstance(persistent, int) else 0, bm, bn,
+        self = cls(fk, pick, ints, where, fixed_key, persistent if isinstance(persistent, int) else 0, bm, bn,
                    len(grid) > 1)
         env = _env(a, b, c, float(alpha), float(beta))
         want = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args)
-        if tuple(pick(env)) != want or tuple(grid) != self.grid(a, b):
+        if tuple(pick(env)) != want or tuple(grid) != self.grid(env[3], env[4], env[-1]):
             return None
         return self
 
-    def grid(self, a, b) -> tuple:
-        M, N = a.shape[-2], b.shape[-1]
+    def grid(self, M: int, N: int, batch: int) -> tuple:
         tiles = -(-M // self.bm) * -(-N // self.bn)
         if self.persistent:
             tiles = min(self.persistent, tiles)
-        if not self.batched:
-            return (tiles,)
-        return (tiles, a.shape[0] if a.dim() == 3 else (b.shape[0] if b.dim() == 3 else 1))
+        return (tiles, batch) if self.batched else (tiles,)
 
-    def __call__(self, stream: int, a, b, c, alpha, beta) -> bool:
-        args = self.pick(_env(a, b, c, alpha, beta))
-        ikey = tuple([_int_key(args[i]) for i in self.ints])
-        known = self._known.get(ikey)
-        if known is None:
-            known = self._learn(ikey)
-            if known is None:
+    def __call__(self, stream: int, env: tuple) -> bool:
+        sizes = self.ints(env)
+        hit = self._memo.get(sizes)
+        if hit is None:
+            hit = self._learn(sizes, env)
+            if hit is None:
                 return False
-        launch, coop, pdl, nbytes, function, packed = known
-        g = self.grid(a, b)
-        g1 = g[1] if self.batched else 1
-        if g1 > MAX_GRID_YZ:
-            return False
+        launch, coop, pdl, nbytes, function, packed, g0, g1 = hit
         scratch = None
         if nbytes:
             if stream != self.home:
                 return False
-            scratch = self._scratch(g[0] * g1 * nbytes)
-        launch(g[0], g1, 1, stream, function, coop, pdl, scratch, None, packed, None, None, None, *args, *self.tail)
+            scratch = self._scratch(g0 * g1 * nbytes)
+        launch(g0, g1, 1, stream, function, coop, pdl, scratch, None, packed, None, None, None,
+               *self.pick(env), *self.tail)
         return True
 
-    def _learn(self, ikey: tuple):
-        """The C launch of the specialisation ``ikey`` where the kernel has compiled it; else None."""
-        full, it, rest = [], iter(ikey), iter(self.fixed_key)
-        for i in range(len(self.fk._slots)):
-            full.append(next(it) if i in self.ints else next(rest))
-        ck = self.fk.cache.get(tuple(full))
-        direct = _adapter.c_launch(ck) if ck is not None else None
-        if direct is None or (direct[3] and direct[2]):      # scratch shared under PDL: not bound
+    def _learn(self, sizes: tuple, env: tuple):
+        """(C launch..., grid) for these sizes where the kernel has compiled their specialisation
+        and the grid is launchable; else None."""
+        ikey = tuple(map(_int_key, sizes[:-1]))
+        known = self._known.get(ikey)
+        if known is None:
+            full, it, rest = [], iter(ikey), iter(self.fixed_key)
+            for i in range(len(self.fk._slots)):
+                full.append(next(it) if i in self.where else next(rest))
+            ck = self.fk.cache.get(tuple(full))
+            direct = _adapter.c_launch(ck) if ck is not None else None
+            if direct is None or (direct[3] and direct[2]):      # scratch shared under PDL: not bound
+                return None
+            known = self._known[ikey] = (*direct, ck.function, ck.packed_metadata)
+        g = self.grid(env[3], env[4], env[-1])
+        g1 = g[1] if self.batched else 1
+        if g1 > MAX_GRID_YZ:
             return None
-        known = (*direct, ck.function, ck.packed_metadata)
-        self._known[ikey] = known
-        return known
+        if len(self._memo) >= self.MEMO:
+            self._memo.clear()
+        hit = self._memo[sizes] = (*known, g[0], g1)
+        return hit
 
     def _scratch(self, nbytes: int):
         """Global scratch of at least ``nbytes`` on the home stream, kept for good (graph-safe)."""
-        have = getattr(self, "_buffer", None)
+        global _kept_bytes
+        have = self._buffer
         if have is not None and have.numel() >= nbytes:
             return have
         with self._scratch_lock:
-            have = getattr(self, "_buffer", None)
+            have = self._buffer
             if have is None or have.numel() < nbytes:
                 have = _scratch(max(nbytes, 2 * (have.numel() if have is not None else 0)))
                 with _kept_lock:
-                    global _kept_bytes
                     _kept.append(have)
                     _kept_bytes += have.numel()
                 self._buffer = have

@@ -51,7 +51,8 @@ class TorchPlan:
         self.precision = check_precision(str(a.dtype).replace("torch.", ""), precision)
         self.m = max(1, 16 // a.element_size())
         self.empty, self.Tensor = torch.empty, torch.Tensor
-        self.bound: dict[tuple, Any] = {}
+        self.bound: dict[tuple, Any] = {}     # class key -> (ClassLaunch or None, variant launch, {sig: bound})
+        self.seen: dict[tuple, Any] = {}      # exact signature -> its class's entry
         self.current = _adapter.device_getter()
         self.stream = _adapter.raw_stream_getter()
 
@@ -82,18 +83,24 @@ class TorchPlan:
             return None
         st_a, st_b, st_c = a.stride(), b.stride(), c.stride()
         pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-        key = _class_key(index, sa, sb, st_a, st_b, st_c, pa, pb, pc, self.m, alpha, beta)
-        hit = self.bound.get(key)
+        sig = (index, sa, sb, st_a, st_b, st_c, pa & 15, pb & 15, pc & 15, alpha, beta)
+        hit = self.seen.get(sig)          # a signature seen before: its class's entry without the key
         if hit is None:
-            self._bind(key, a, b, c, float(alpha), float(beta))
-            return c
+            key = _class_key(index, sa, sb, st_a, st_b, st_c, pa, pb, pc, self.m, alpha, beta)
+            hit = self.bound.get(key)
+            if hit is None:
+                self._bind(key, a, b, c, float(alpha), float(beta))
+                return c
+            if len(self.seen) >= MAX_SIGNATURES:
+                self.seen.clear()
+            self.seen[sig] = hit
         cls, fn, exact = hit
         stream = self.stream(index)
         if cls is not None:
-            if cls(stream, a, b, c, float(alpha), float(beta)) is False:
+            env = fastlaunch.env(sa, sb, st_a, st_b, st_c, pa, pb, pc, float(alpha), float(beta))
+            if cls(stream, env) is False:
                 fn(a, b, c, alpha=float(alpha), beta=float(beta))      # compiles a new specialisation
             return c
-        sig = (sa, sb, st_a, st_b, st_c, alpha, beta)
         go = exact.get(sig)
         if go is None:
             if len(exact) >= MAX_SIGNATURES:
@@ -108,8 +115,9 @@ class TorchPlan:
         fn = resolved(a, b, c, self.precision, alpha, beta)
         cls, go = fastlaunch.bind(fn, a, b, c, alpha, beta)
         exact = {}
-        if cls is None and go is not None:
-            exact[(a.shape, b.shape, a.stride(), b.stride(), c.stride(), alpha, beta)] = go
+        if cls is None:
+            exact[(a.device.index, a.shape, b.shape, a.stride(), b.stride(), c.stride(), a.data_ptr() & 15,
+                   b.data_ptr() & 15, c.data_ptr() & 15, alpha, beta)] = go or False
         if len(self.bound) >= MAX_SIGNATURES:
             self.bound.clear()
         self.bound[key] = (cls, fn, exact)
