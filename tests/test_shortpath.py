@@ -11,7 +11,6 @@ from tiledmm import _adapter
 from tiledmm.kernels.block import fastlaunch, shortpath
 from tiledmm.kernels.block import variants as V
 
-from .conftest import GPU
 
 CFG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
 

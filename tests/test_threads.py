@@ -12,7 +12,6 @@ import tiledmm
 from tiledmm import _adapter, tuning
 from tiledmm.kernels.block import fastlaunch, kmajor_cache
 
-from .conftest import GPU
 
 THREADS = 32
 

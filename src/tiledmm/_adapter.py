@@ -88,6 +88,11 @@ def _decide() -> bool:
     return True
 
 
+def decided() -> bool:
+    """Whether ``triton_direct`` has decided (it waits while a CUDA graph is being captured)."""
+    return _direct is not None
+
+
 def why_not_direct() -> str:
     """Why direct launches are off ("" where they are on or undecided)."""
     return _why_not
@@ -233,6 +238,6 @@ def numba_array_maker(index: int):
     return make
 
 
-__all__ = ["TRITON_CHECKED", "triton_direct", "why_not_direct", "run_compiled", "c_launch", "raw_stream",
+__all__ = ["TRITON_CHECKED", "triton_direct", "decided", "why_not_direct", "run_compiled", "c_launch", "raw_stream",
            "raw_stream_getter", "device_getter", "internal_overlap", "gpu_sleep", "version_counter",
            "storage_weakref", "numba_array_maker"]

@@ -9,9 +9,14 @@ returned, and afterwards calls its launcher directly.
 Triton specialises a kernel on its runtime arguments: integers equal to 1, integers
 divisible by 16, 32- or 64-bit integers, and tensors' dtypes and 16-byte alignment.
 ``FastKernel`` keys its cache on exactly those properties, so a kernel is never reused
-where Triton would have compiled another one. If the direct call fails (a Triton
-version whose launcher takes other arguments) it falls back to the ordinary launch
-for good.
+where Triton would have compiled another one. The direct calls are Triton's private
+interface (``tiledmm._adapter``: checked versions, a self-test on first use); where the
+adapter turns them off, or a direct call fails, the ordinary launch is used for good.
+
+Bound launches for the short path (``kernels/block/shortpath.py``): ``bind`` runs a variant
+once and returns a ``ClassLaunch`` -- for a variant that is one plain kernel launch, the
+compiled kernel launched with each call's sizes, strides and grid -- or ``replay``'s launch
+bound to one exact signature (several launches with private buffers, other parameters).
 """
 from __future__ import annotations
 
@@ -258,11 +263,11 @@ def _env(a, b, c, alpha, beta) -> tuple:
 class ClassLaunch:
     """A bound launch for a whole shape class: one FastKernel (meta fixed) whose runtime
     parameters are all in ``_ENV``, launched with sizes, strides and pointers read from each
-    call's tensors and the grid computed per call (host cdiv): the variants' plain launch
-    (``replayable is True``) without their Python. ``__call__(stream, env)``
-    (``env``: the call's ``env(...)``) returns False where it launched nothing (a specialisation not compiled yet, a batch over the
-    grid limit, a kernel with scratch on a stream other than its own): the caller runs the
-    variant, which compiles, and later calls take the bound path.
+    call (``env(...)``) and the grid computed per call (host cdiv): the variants' plain launch
+    (``replayable is True``) without their Python. ``__call__(stream, env)`` returns False
+    where it launched nothing (a specialisation not compiled yet, a batch over the grid limit,
+    a kernel with scratch on a stream other than its own): the caller runs the variant, which
+    compiles, and later calls take the bound path.
 
     Immutable once built but for two caches that only fill (and ``_memo`` starts again when
     full): specialisation -> C launch, and sizes -> (C launch, grid)."""

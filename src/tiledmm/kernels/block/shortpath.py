@@ -114,6 +114,8 @@ class TorchPlan:
         """A class's first call: the dispatcher's pick, run once and bound (on torch's current stream)."""
         fn = resolved(a, b, c, self.precision, alpha, beta)
         cls, go = fastlaunch.bind(fn, a, b, c, alpha, beta)
+        if not _adapter.decided():
+            return                       # (inside a CUDA graph capture, before the launch self-test)
         exact = {}
         if cls is None:
             exact[(a.device.index, a.shape, b.shape, a.stride(), b.stride(), c.stride(), a.data_ptr() & 15,
@@ -191,13 +193,13 @@ class PointerPlan:
         """The first call of a signature, through torch views on this kind's stream:
         (whether it ran, the bound launch or None)."""
         import torch
-
-        from ...api import _stream_context
         device = torch.device("cuda", self.index)
         A, B, C = to_torch(a, self.kind), to_torch(b, self.kind), to_torch(c, self.kind)
         if C.data_ptr() != self.ptr(c) or A.data_ptr() != self.ptr(a) or B.data_ptr() != self.ptr(b):
             return False, None          # copied by the conversion (a layout torch cannot view)
-        with torch.cuda.device(device), _stream_context(self.kind, None, device):
+        stream = torch.cuda.ExternalStream(self.stream(), device=device) if self.kind == "cupy" else \
+            torch.cuda.default_stream(device)
+        with torch.cuda.device(device), torch.cuda.stream(stream):
             fn = resolved(A, B, C, self.precision, alpha, beta)
             go = fastlaunch.replay(fn, A, B, C, alpha=alpha, beta=beta)
         return True, go
