@@ -185,3 +185,16 @@ def test_gpu_new_m_in_a_seen_class_is_right_and_unplanned(dtype, monkeypatch):
         ref = x.double() @ w.double()
         assert ((y.double() - ref).norm() / ref.norm()).item() < tol, M
     assert len(seen) == 1 and bm is not None
+
+
+def test_without_a_c_launch_the_bind_is_per_signature_through_tritons_launcher(standin, monkeypatch):
+    """A launcher whose body tiledmm does not know: no class launch; the exact-signature launch goes
+    through Triton's Python launcher (CompiledKernel.run)."""
+    calls, _ = standin
+    monkeypatch.setattr(_adapter, "c_launch", lambda ck, checked=True: None)
+    a, b, c = _operands(40, 24, 72)
+    cls, exact = fastlaunch.bind(_variant(V._blocked_launch), a, b, c, 1.0, 0.0)
+    assert cls is None and exact is not None
+    calls.clear()
+    exact(9, a.data_ptr(), b.data_ptr(), c.data_ptr())
+    assert len(calls) == 1 and calls[0][3] == 9 and calls[0][13] == a.data_ptr()
