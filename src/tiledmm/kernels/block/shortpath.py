@@ -34,9 +34,10 @@ MAX_SIGNATURES = 512     # bound launches a plan keeps (then it starts again)
 
 
 def _class_key(index: int, sa, sb, st_a, st_b, st_c, pa: int, pb: int, pc: int, m: int, alpha, beta) -> tuple:
-    """The short path's class key (see the module docstring); ``m`` = 16 // element size."""
+    """The short path's class key (see the module docstring); ``m`` = 16 // element size. It must
+    stay a superset of the dispatcher's ``plan_key`` (block/matmul.py): one key, one choice."""
     return (index, len(sa), sa[-2].bit_length(), sb[-1].bit_length(), sa[-1].bit_length(),
-            st_a[-2] == 1, st_a[-1] == 1, st_b[-2] == 1, st_b[-1] == 1, st_c[-1] == 1,
+            st_a[-2] == 1, st_a[-1] == 1, st_b[-2] == 1, st_b[-1] == 1, st_c[-2] == 1, st_c[-1] == 1,
             st_a[-2] % m, st_a[-1] % m, st_b[-2] % m, st_b[-1] % m, st_c[-2] % m, st_c[-1] % m,
             pa & 15, pb & 15, pc & 15, alpha == 1, beta == 0)
 
