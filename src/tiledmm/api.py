@@ -129,17 +129,18 @@ def matmul(a: Any, b: Any, *, kernel: str | None = None, tile: int | None = None
         does not fit is computed out of core, streamed through the GPU in blocks.
     Inputs are never modified.
     """
-    if stream is None and tile is None and max_device_bytes is None and not options and _fast_plans:
+    plain = stream is None and tile is None and max_device_bytes is None and not options   # the one guard
+    if plain and _fast_plans:
         plan = _fast_plans.get((type(a), type(b), getattr(a, "dtype", None), getattr(b, "dtype", None), kernel,
                                 precision))
         if plan is not None:
             r = plan(a, b, out, alpha, beta)
             if r is not None:
                 return r
-    return _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options)
+    return _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options, plain)
 
 
-def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options):
+def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options, plain):
     kind = kind_of(a)
     if kind_of(b) != kind:
         raise TiledmmError(f"a and b are different array kinds: {describe(a, 'a')}; {describe(b, 'b')}; "
@@ -196,7 +197,7 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
                 "Use smaller matrices, a GPU, or raise TILEDMM_EMULATION_LIMIT if you will wait.")
 
     host = on_host(a, kind)
-    if not host and stream is None and tile is None and max_device_bytes is None and not options:
+    if plain and not host:
         plan = _plan_for(spec, kind, kernel, precision, a, b)    # the family's short path, bound on first use
         r = plan(a, b, out, alpha, beta) if plan is not None else None
         if r is not None:
