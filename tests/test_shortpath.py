@@ -9,6 +9,7 @@ import torch
 import tiledmm
 from tiledmm import _adapter
 from tiledmm.kernels.block import fastlaunch, shortpath
+from tiledmm.kernels.block import matmul as bm
 from tiledmm.kernels.block import variants as V
 
 
@@ -134,7 +135,7 @@ def test_a_new_m_of_a_seen_class_takes_the_short_path_without_the_dispatcher(sta
     def resolved(a, b, c, precision, alpha, beta):
         resolutions.append(a.shape)
         return _variant(V._blocked_launch)
-    monkeypatch.setattr(shortpath, "resolved", resolved)
+    monkeypatch.setattr(bm, "resolved", resolved)
     a, _, _ = _operands(40, 24, 72)
     plan = shortpath.TorchPlan(a, None)
     plan.current = lambda: None                        # CPU tensors stand in for one device's
@@ -176,8 +177,8 @@ def test_gpu_new_m_in_a_seen_class_is_right_and_unplanned(dtype, monkeypatch):
     from tiledmm import api
     monkeypatch.setattr(api, "_fast_plans", {})           # no plan from an earlier test
     seen = []
-    real = shortpath.resolved
-    monkeypatch.setattr(shortpath, "resolved", lambda *a: seen.append(a[0].shape) or real(*a))
+    real = bm.resolved
+    monkeypatch.setattr(bm, "resolved", lambda *a: seen.append(a[0].shape) or real(*a))
     w = torch.randn(512, 384, device="cuda", dtype=dtype)
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     for M in (600, 700, 513, 1000, 777, 1023, 514):

@@ -28,7 +28,8 @@ import numpy as np
 from ... import _adapter
 from ..._arrays import dtype_name, overlaps, to_torch
 from . import fastlaunch
-from .matmul import check_precision, resolved
+from . import matmul as dispatcher
+from .matmul import check_precision
 
 MAX_SIGNATURES = 512     # bound launches a plan keeps (then it starts again)
 
@@ -113,7 +114,7 @@ class TorchPlan:
 
     def _bind(self, key: tuple, a, b, c, alpha: float, beta: float) -> None:
         """A class's first call: the dispatcher's pick, run once and bound (on torch's current stream)."""
-        fn = resolved(a, b, c, self.precision, alpha, beta)
+        fn = dispatcher.resolved(a, b, c, self.precision, alpha, beta)
         cls, go = fastlaunch.bind(fn, a, b, c, alpha, beta)
         if not _adapter.decided():
             return                       # (inside a CUDA graph capture, before the launch self-test)
@@ -201,7 +202,7 @@ class PointerPlan:
         stream = torch.cuda.ExternalStream(self.stream(), device=device) if self.kind == "cupy" else \
             torch.cuda.default_stream(device)
         with torch.cuda.device(device), torch.cuda.stream(stream):
-            fn = resolved(A, B, C, self.precision, alpha, beta)
+            fn = dispatcher.resolved(A, B, C, self.precision, alpha, beta)
             go = fastlaunch.replay(fn, A, B, C, alpha=alpha, beta=beta)
         return True, go
 
