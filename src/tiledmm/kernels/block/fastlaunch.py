@@ -229,7 +229,7 @@ def bind(fn, a, b, c, alpha: float, beta: float) -> tuple:
     every later call of the same shape class and layout (the caller keys it); the exact one only
     calls of this very signature."""
     mode, launches = _record(fn, a, b, c, {"alpha": alpha, "beta": beta})
-    if mode is True and _adapter.triton_direct():
+    if _adapter.triton_direct() and mode is True:          # (decides direct launches on first use)
         plain = _plain(launches, a, b, c)
         cls = ClassLaunch.of(plain, a, b, c, alpha, beta) if plain is not None else None
         if cls is not None:

@@ -1,8 +1,8 @@
 """The Triton family's short path: repeat calls without the API's checks or the dispatcher.
 
 The family registers ``fast_plan`` on its KernelSpec; ``tiledmm.api`` asks it for a plan per
-(array type, dtypes, ranks, kernel, precision) once a call of that kind has succeeded, and
-calls the plan first on every later call. A plan returns None for anything unusual (the full
+(array type, dtypes, kernel, precision) on the first call of that kind that passes the API's
+checks, and calls the plan first on every call of the kind from then on. A plan returns None for anything unusual (the full
 path then handles the call, checks and all): another device, broadcasting, out overlapping
 an input, a zero stride in out, alpha/beta that are not plain numbers.
 
