@@ -78,6 +78,18 @@ def describe(x: Any, name: str, kind: str | None = None) -> str:
     return f"{name}: {kind} {shape_str(tuple(x.shape))} {dtype_name(x, kind)} on {device_name(x, kind)}"
 
 
+def overlaps(x, y) -> bool:
+    """Whether two torch tensors' memory ranges intersect (conservative: interleaved views count)."""
+    if x.device != y.device or x.numel() == 0 or y.numel() == 0:
+        return False
+
+    def span(t):
+        lo = t.data_ptr()
+        return lo, lo + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+    (a0, a1), (b0, b1) = span(x), span(y)
+    return a0 < b1 and b0 < a1
+
+
 def _negative(strides) -> bool:
     return any(s < 0 for s in strides)
 

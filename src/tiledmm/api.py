@@ -9,8 +9,10 @@ validation with messages that name shapes and dtypes; array kinds in and out;
 host <-> device copies; 1-D and batch shapes; the GEMM epilogue for kernels without
 their own; a temporary when ``out`` overlaps an input; empty and K = 0 products.
 
-A call on torch tensors whose plan was seen before takes a short path: a dict
-lookup, a few shape checks, the output allocation and the launch (see ``_FastPlan``).
+Device arrays of a kind (array type, dtypes, kernel, precision) that has run once take the
+kernel family's short path (``KernelSpec.fast_plan``; the Triton family's is
+``kernels/block/shortpath.py``): one guard and a dict lookup here, then the family's plan,
+which returns None for anything it does not handle (the full path then does).
 """
 from __future__ import annotations
 
@@ -22,12 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _backend, epilogue, registry, tuning
+from . import _adapter, _backend, epilogue, registry, tuning
 from ._arrays import (SUPPORTED_DTYPES, TiledmmError, describe, device_name, dtype_name, from_torch, kind_of,
-                      on_host, shape_str, to_torch, write_back, writable_view)
+                      on_host, overlaps, shape_str, to_torch, write_back, writable_view)
 from .registry import KernelSpec
-
-API_OPTIONS = ("precision",)
 
 
 def default_kernel(dtype: str) -> str:
@@ -42,26 +42,6 @@ def _scalar(name: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
         raise TiledmmError(f"{name} must be a real number, got {v!r} ({type(v).__name__})")
     return float(v)
-
-
-def _overlap(x, y) -> bool:
-    """Whether two tensors' memory ranges intersect (conservative: interleaved views count)."""
-    if x.device != y.device or x.numel() == 0 or y.numel() == 0:
-        return False
-    def span(t):
-        lo = t.data_ptr()
-        return lo, lo + (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
-    (a0, a1), (b0, b1) = span(x), span(y)
-    return a0 < b1 and b0 < a1
-
-
-def _internal_overlap(t) -> bool:
-    """Whether two positions of ``t`` share memory (a zero stride, or strides that interleave)."""
-    import torch
-    probe = getattr(torch, "_debug_has_internal_overlap", None)
-    if probe is not None:
-        return probe(t) == 1
-    return any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride()))
 
 
 _stream_cache: dict[int, Any] = {}
@@ -149,24 +129,18 @@ def matmul(a: Any, b: Any, *, kernel: str | None = None, tile: int | None = None
         does not fit is computed out of core, streamed through the GPU in blocks.
     Inputs are never modified.
     """
-    if _Tensor is not None and type(a) is _Tensor and type(b) is _Tensor and stream is None and tile is None \
-            and not options and max_device_bytes is None:
-        plan = _fast_plans.get((a.dtype, b.dtype, a.device, a.dim(), b.dim(), kernel, precision))
+    plain = stream is None and tile is None and max_device_bytes is None and not options   # the one guard
+    if plain and _fast_plans:
+        plan = _fast_plans.get((type(a), type(b), getattr(a, "dtype", None), getattr(b, "dtype", None), kernel,
+                                precision))
         if plan is not None:
             r = plan(a, b, out, alpha, beta)
             if r is not None:
                 return r
-    elif type(a) in _foreign and type(b) is type(a) and stream is None and tile is None and not options \
-            and max_device_bytes is None:
-        plan = _fast_plans.get((type(a), a.dtype, a.ndim, b.ndim, kernel, precision))
-        if plan is not None:
-            r = plan(a, b, out, alpha, beta)
-            if r is not None:
-                return r
-    return _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options)
+    return _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options, plain)
 
 
-def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options):
+def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options, plain):
     kind = kind_of(a)
     if kind_of(b) != kind:
         raise TiledmmError(f"a and b are different array kinds: {describe(a, 'a')}; {describe(b, 'b')}; "
@@ -195,9 +169,8 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
     if da not in spec.dtypes:
         raise TiledmmError(f"kernel {spec.name!r} supports dtypes {list(spec.dtypes)}, not {da} "
                            f"(the default kernel for {da} is {default_kernel(da)!r})")
-    if spec.family == "block":
-        from .kernels.block.matmul import check_precision
-        check_precision(da, opts.get("precision"))
+    if spec.check_options is not None:
+        spec.check_options(da, opts)
     batch, (M, K, N), res_shape = _result_shape(tuple(a.shape), tuple(b.shape), a, b)
 
     out_kind = None
@@ -223,8 +196,13 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
                 "the kernel runs in a simulator (a Python thread per CUDA thread for the SIMT kernels). "
                 "Use smaller matrices, a GPU, or raise TILEDMM_EMULATION_LIMIT if you will wait.")
 
-    import torch
     host = on_host(a, kind)
+    if plain and not host:
+        plan = _plan_for(spec, kind, kernel, precision, a, b)    # the family's short path, bound on first use
+        r = plan(a, b, out, alpha, beta) if plan is not None else None
+        if r is not None:
+            return r
+    import torch
     # every device step of the call -- conversion copies, the output, the kernels, the copy back into
     # an out the kernels could not write directly -- runs on the caller's stream
     device = torch.device("cpu") if _backend.emulating() else (
@@ -235,7 +213,7 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
         ta, tb = to_torch(a, kind), to_torch(b, kind)
         if out is not None:
             target, exact = writable_view(out, out_kind)
-            if _internal_overlap(target):
+            if _adapter.internal_overlap(target):
                 raise TiledmmError(f"out has overlapping elements (a zero or overlapping stride: strides "
                                    f"{tuple(target.stride())}); pass an array with one element per position")
         else:
@@ -250,8 +228,6 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
                          res_shape)
         if out is not None and not exact:
             write_back(out, out_kind, target)
-    if not host:
-        _remember_fast(spec, kind, kernel, precision, a, b)
     return out if out is not None else from_torch(target, kind, a)
 
 
@@ -265,7 +241,7 @@ def _compute(spec: KernelSpec, tile, opts, A, B, target, alpha: float, beta: flo
     full = batch + (M, N)
     C = target.reshape(full) if target.shape != full else target
     direct = C.device == A.device and C.data_ptr() == target.data_ptr() and \
-        not (_overlap(C, A) or _overlap(C, B)) and (spec.family == "block" or C.dtype == A.dtype)
+        not (overlaps(C, A) or overlaps(C, B)) and (spec.casts_out or C.dtype == A.dtype)
     if direct and tuple(C.shape) != full:
         direct = False
     if direct and len(batch) > 1:            # the kernels take one batch dimension: out's must merge
@@ -273,10 +249,8 @@ def _compute(spec: KernelSpec, tile, opts, A, B, target, alpha: float, beta: flo
             C.view(math.prod(batch), M, N)
         except RuntimeError:
             direct = False
-    if spec.family == "block" and _backend.emulating() and A.data_ptr() == B.data_ptr() and A.numel():
-        B = B.clone()      # Triton's interpreter keys its copies by address: two storages at one address clash
     if not direct:                                     # a temporary: out aliases an input, lives elsewhere, ...
-        C = torch.empty(full, dtype=target.dtype if spec.family == "block" else A.dtype, device=A.device)
+        C = torch.empty(full, dtype=target.dtype if spec.casts_out else A.dtype, device=A.device)
         if beta != 0.0:
             C.copy_(target.reshape(full))
     _gemm(spec, tile, opts, A, B, C, alpha, beta, batch, M, K, N)
@@ -334,212 +308,24 @@ def _out_of_core(spec, tile, opts, ta, tb, target, alpha, beta, max_device_bytes
                        acc_dtype=acc)
 
 
-# -- the short path for repeat calls on torch tensors ---------------------------------------------
+# -- the families' short paths ---------------------------------------------------------------------
 
-_Tensor = None
 _fast_plans: dict[tuple, Any] = {}
 _fast_lock = threading.Lock()
 tuning.on_mode_change(_fast_plans.clear)   # bound launches chosen under the other tuning mode
 
 
-class _FastPlan:
-    """Repeat calls with torch CUDA tensors on the Triton family: 2-D or 3-D operands
-    without broadcasting, same dtype in and out, the caller's current stream and device.
-    Returns None where anything is unusual, and the full path handles the call.
-
-    Each exact call signature (shapes, strides, each pointer's 16-byte alignment, alpha,
-    beta) resolves once to a *bound launch* (``fastlaunch.replay``): the compiled kernel,
-    grid and every integer argument fixed, so a repeat call passes three pointers."""
-
-    def __init__(self, a, precision: str | None):
-        import torch
-        from .kernels.block.matmul import check_precision
-        self.device, self.dtype = a.device, a.dtype
-        self.index = a.device.index
-        self.precision = check_precision(str(a.dtype).replace("torch.", ""), precision)
-        self.empty, self.Tensor = torch.empty, torch.Tensor
-        self.exact: dict[tuple, Any] = {}
-        self.current = torch._C._cuda_getDevice
-        self.stream = torch._C._cuda_getCurrentRawStream
-
-    def __call__(self, a, b, out, alpha, beta):
-        ta, tb = type(alpha), type(beta)
-        if ta is not float and ta is not int or tb is not float and tb is not int:
-            return None
-        sa, sb = a.shape, b.shape
-        if sa[-1] != sb[-2] or self.current() != self.index or b.device != self.device:
-            return None
-        if len(sa) == 3 and sa[0] != sb[0]:     # the plan's key fixes both ranks equal
-            return None
-        shape = (*sa[:-1], sb[-1])
-        if out is None:
-            if beta:
-                return None
-            c = self.empty(shape, dtype=self.dtype, device=self.device)
-        else:
-            if type(out) is not self.Tensor or out.shape != shape or out.dtype != self.dtype \
-                    or out.device != self.device or _overlap(out, a) or _overlap(out, b) or 0 in out.stride():
-                return None
-            c = out
-        if 0 in shape or sa[-1] == 0:
-            return None
-        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
-        sig = (sa, sb, a.stride(), b.stride(), c.stride(), pa & 15, pb & 15, pc & 15, alpha, beta)
-        hit = self.exact.get(sig)
-        if hit is None:
-            if len(self.exact) > 512:
-                self.exact.clear()
-            self.exact[sig] = _bind(a, b, c, self.precision, float(alpha), float(beta))
-        elif hit[0] is None or hit[0](self.stream(self.index), pa, pb, pc) is False:
-            hit[1](a, b, c, alpha=hit[2], beta=hit[3])     # not bound, or bound on another stream
-        return c
-
-
-def _bind(a, b, c, precision: str, alpha: float, beta: float) -> tuple:
-    """Run this call through the Triton dispatcher (on torch's current stream) and return what
-    repeats it for its exact signature: (bound launch ``go(stream, pa, pb, pc)`` or None where the
-    chosen variant cannot be bound (fastlaunch.replay), the variant's launch, alpha, beta). A bound
-    launch that returns False launched nothing (another stream than its own): run the variant."""
-    from .kernels.block import fastlaunch
-    from .kernels.block.matmul import resolved
-    fn = resolved(a, b, c, precision, alpha, beta)
-    return fastlaunch.replay(fn, a, b, c, alpha=alpha, beta=beta), fn, alpha, beta
-
-
-class _PointerPlan:
-    """The short path for CuPy arrays and numba device arrays: the same bound launches as
-    torch's (``fastlaunch.replay``), keyed by the array's own shapes, byte strides and
-    pointers, on CuPy's current stream (CuPy) or the default stream (numba); the output is
-    allocated by the array's own library. No conversion to torch after a signature's first
-    call. Signatures whose launch is more than one plain launch take the full path."""
-
-    def __init__(self, kind: str, a, precision: str | None):
-        import torch
-        from .kernels.block.matmul import check_precision
-        self.kind, self.dtype, self.type = kind, a.dtype, type(a)
-        self.precision = check_precision(dtype_name(a, kind), precision)
-        self.exact: dict[tuple, Any] = {}
-        self.index = torch.cuda.current_device()
-        if kind == "cupy":
-            import cupy
-            self.empty = cupy.empty
-            self.ptr = lambda x: x.data.ptr
-            current = cupy.cuda.get_current_stream
-            self.stream = lambda: current().ptr
-            device = cupy.cuda.runtime.getDevice
-            self.on_device = lambda x, y: x.data.device_id == y.data.device_id == device() == self.index
-        else:
-            self.empty = _numba_empty(torch, self.index, a.dtype)
-            self.ptr = lambda x: x.gpu_data.device_pointer_value or 0
-            self.stream = lambda: 0
-            current = torch._C._cuda_getDevice
-            self.on_device = lambda x, y: current() == self.index
-
-    def __call__(self, a, b, out, alpha, beta):
-        ta, tb = type(alpha), type(beta)
-        if ta is not float and ta is not int or tb is not float and tb is not int:
-            return None
-        sa, sb = a.shape, b.shape
-        if sa[-1] != sb[-2] or b.dtype != self.dtype or not self.on_device(a, b):
-            return None
-        if len(sa) == 3 and sa[0] != sb[0]:
-            return None
-        shape = (*sa[:-1], sb[-1])
-        if 0 in shape or sa[-1] == 0:
-            return None
-        if out is None:
-            if beta:
-                return None
-            c = self.empty(shape, dtype=self.dtype)
-        else:
-            if type(out) is not self.type or out.shape != shape or out.dtype != self.dtype or 0 in out.strides:
-                return None
-            c = out
-        pa, pb, pc = self.ptr(a), self.ptr(b), self.ptr(c)
-        if out is not None and (_span_overlap(c, pc, a, pa) or _span_overlap(c, pc, b, pb)):
-            return None
-        sig = (sa, sb, a.strides, b.strides, c.strides, pa & 15, pb & 15, pc & 15, alpha, beta)
-        go = self.exact.get(sig, False)
-        if go is None:                  # this signature takes the full path
-            return None
-        if go is not False:
-            return c if go(self.stream(), pa, pb, pc) is not False else None
-        if len(self.exact) > 512:
-            self.exact.clear()
-        done, self.exact[sig] = self._bind(a, b, c, float(alpha), float(beta))
-        return c if done else None
-
-    def _bind(self, a, b, c, alpha, beta) -> tuple:
-        """The first call of a signature, through torch views on this kind's stream:
-        (whether it ran, the bound launch or None)."""
-        import torch
-        device = torch.device("cuda", self.index)
-        A, B, C = to_torch(a, self.kind), to_torch(b, self.kind), to_torch(c, self.kind)
-        if C.data_ptr() != self.ptr(c) or A.data_ptr() != self.ptr(a) or B.data_ptr() != self.ptr(b):
-            return False, None          # copied by the conversion (a layout torch cannot view)
-        with torch.cuda.device(device), _stream_context(self.kind, None, device):
-            go = _bind(A, B, C, self.precision, alpha, beta)[0]
-        return True, go
-
-
-def _numba_empty(torch, index: int, dtype):
-    """numba's ``device_array`` for the short path's outputs, but from torch's caching allocator:
-    numba's own allocates with ``cuMemAlloc`` on every call and frees in batches with
-    ``cuMemFree``, which waits for the whole device. The array owns the tensor it views."""
-    from ._backend import numba_cuda
-    numba_empty = numba_cuda().device_array
-    from numba.cuda.cudadrv import devicearray, devices, driver   # (numba_cuda() has imported numba)
-    context = devices.get_context(index)
-    tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
-    device = torch.device("cuda", index)
-    size = dtype.itemsize
-    pointer, Memory, Array = driver.binding.CUdeviceptr, driver.MemoryPointer, devicearray.DeviceNDArray
-    raw_stream = torch._C._cuda_getCurrentRawStream
-
-    def empty(shape, dtype=None):
-        if raw_stream(index):           # torch's blocks belong to its current stream: the kernels run on
-            return numba_empty(shape, dtype=dtype)     # the default stream, so only then are they safe
-        t = torch.empty(shape, dtype=tdtype, device=device)
-        strides, step = [], size
-        for n in reversed(shape):
-            strides.append(step)
-            step *= n
-        return Array(shape, strides[::-1], dtype, gpu_data=Memory(context, pointer(t.data_ptr()), step, owner=t))
-    return empty
-
-
-def _span_overlap(x, px: int, y, py: int) -> bool:
-    """Whether two arrays' byte ranges (from their own strides) intersect."""
-    def end(t, p):
-        return p + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.strides)) + t.dtype.itemsize
-    return px < end(y, py) and py < end(x, px)
-
-
-_foreign: set = set()
-
-
-def _remember_fast(spec: KernelSpec, kind: str, kernel, precision, a, b) -> None:
-    """After a successful full-path call on device arrays, allow the short path for its kind."""
-    global _Tensor
-    if spec.family != "block" or _backend.emulating() or kind not in ("torch", "cupy", "numba"):
-        return
-    ndim = len(a.shape)
-    if ndim not in (2, 3) or len(b.shape) != ndim:
-        return
-    if kind == "torch":
-        key = (a.dtype, b.dtype, a.device, a.dim(), b.dim(), kernel, precision)
-    else:
-        if any(s < 0 for s in tuple(a.strides) + tuple(b.strides)):
-            return
-        key = (type(a), a.dtype, ndim, ndim, kernel, precision)
-    if key not in _fast_plans:
-        import torch
-        with _fast_lock:
-            _fast_plans[key] = _FastPlan(a, precision) if kind == "torch" else _PointerPlan(kind, a, precision)
-            if kind == "torch":
-                _Tensor = torch.Tensor
-            else:
-                _foreign.add(type(a))
+def _plan_for(spec: KernelSpec, kind: str, kernel, precision, a, b):
+    """The family's short-path plan for calls like this one (validated by the full path), made on
+    first use and kept under the key ``matmul``'s guard looks up; None where the family has none."""
+    key = (type(a), type(b), a.dtype, b.dtype, kernel, precision)
+    plan = _fast_plans.get(key)
+    if plan is None and spec.fast_plan is not None:
+        plan = spec.fast_plan(kind, a, precision)
+        if plan is not None:
+            with _fast_lock:
+                plan = _fast_plans.setdefault(key, plan)
+    return plan
 
 
 def kernel_names() -> list[str]:

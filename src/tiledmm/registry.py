@@ -6,7 +6,9 @@ look kernels up here, so a new rung of the ladder plugs in without touching them
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,6 +34,13 @@ class KernelSpec:
     epilogue: bool = False           # launch applies alpha and beta itself
     options: tuple[str, ...] = ()    # extra keyword options it understands (precision, variant, config)
     emulation_limit: int | None = None   # max multiply-adds in emulation; None = not emulable
+    casts_out: bool = False          # launch writes a c of any supported float dtype (else c.dtype == a.dtype)
+    # check_options(dtype, opts): raise TiledmmError for options the kernel cannot take with this dtype
+    check_options: Callable[[str, dict], object] | None = field(default=None, repr=False)
+    # fast_plan(kind, a, precision) -> plan or None: the family's short path for repeat calls on device
+    # arrays like ``a``; plan(a, b, out, alpha, beta) returns the result, or None where the full path
+    # must handle the call (tiledmm.api tries it first once a call of the kind has succeeded)
+    fast_plan: Callable[..., Any] | None = field(default=None, repr=False)
     order: int = 100                 # position in tables and plots (the order of the argument)
     # for the analysis tools (SIMT kernels): the compiled kernel, its launch configuration,
     # the P tile one block computes, and the barriers each K-phase passes
@@ -53,12 +62,22 @@ class KernelSpec:
 
 
 _REGISTRY: dict[str, KernelSpec] = {}
+_lock = threading.Lock()
 
 
 def register(spec: KernelSpec) -> KernelSpec:
-    if spec.name in _REGISTRY:
-        raise RuntimeError(f"kernel {spec.name!r} registered twice")
-    _REGISTRY[spec.name] = spec
+    with _lock:
+        if spec.name in _REGISTRY:
+            raise RuntimeError(f"kernel {spec.name!r} registered twice")
+        _REGISTRY[spec.name] = spec
+    return spec
+
+
+def amend(name: str, **fields: Any) -> KernelSpec:
+    """Replace fields of a registered spec (a family adding hooks that live in modules importing
+    the one that registers it): the registry holds the new frozen spec from then on."""
+    with _lock:
+        spec = _REGISTRY[name] = dataclasses.replace(_REGISTRY[name], **fields)
     return spec
 
 
@@ -104,4 +123,4 @@ def shape_class(m: int, n: int, k: int) -> tuple[int, int, int]:
     return tuple(int(math.log2(max(x, 1))) for x in (m, n, k))
 
 
-__all__ = ["KernelSpec", "register", "get", "names", "all_specs", "shape_class"]
+__all__ = ["KernelSpec", "register", "amend", "get", "names", "all_specs", "shape_class"]

@@ -25,7 +25,7 @@ import statistics
 import time
 from typing import Callable, Sequence
 
-from . import _backend
+from . import _adapter, _backend
 
 Call = Callable[[], object]
 
@@ -107,7 +107,7 @@ def device_and_host(calls: Sequence[Call] | Call, *, batches: int = 3, warmup: i
     device, host = [], []
     for b in range(max(batches, 1)):
         torch.cuda.synchronize()
-        torch.cuda._sleep(int(2e9 * (1.5 * n * host_est + 50e-6)))    # >= that long at <= 2 GHz
+        _adapter.gpu_sleep(int(2e9 * (1.5 * n * host_est + 50e-6)))    # >= that long at <= 2 GHz
         start, end = _cuda_timer()
         start.record()
         t0 = time.perf_counter()

@@ -1,7 +1,10 @@
 """Device properties the lectures query (cudaGetDeviceProperties), for the GPU in use
-or for a built-in profile of the lectures' GPUs, plus derived peaks."""
+or for a built-in profile of the lectures' GPUs, plus derived peaks; and ``properties(index)``,
+what the kernels' choices depend on, per device index (a machine may hold two GPU models)."""
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import asdict, dataclass, field
 
 
@@ -118,4 +121,78 @@ def measure_copy_bandwidth(nbytes: int = 2 * 2**30, repeats: int = 10) -> float:
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
-__all__ = ["DeviceProfile", "PROFILES", "profile", "query", "current_or", "measure_copy_bandwidth"]
+# -- what the kernels' choices depend on, per device ---------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """One device as the dispatchers see it (torch.cuda.get_device_properties(index))."""
+    index: int
+    name: str
+    capability: tuple[int, int]
+    num_sms: int
+    smem_per_block_optin: int        # bytes of shared memory one block may opt in to
+    l2_bytes: int = 0
+    total_memory: int = 0
+    emulated: bool = False           # the Triton interpreter's stand-in for a small GPU
+
+
+def emulated(index: int = 0) -> DeviceProperties:
+    """The stand-in for a small GPU the interpreter runs on: 4 SMs, no shared-memory limit,
+    capability (0, 0) (no Hopper paths)."""
+    return DeviceProperties(index, "emulation (Triton interpreter)", (0, 0), 4, 1 << 30, emulated=True)
+
+
+_known: dict[int, DeviceProperties] = {}
+_fakes: dict[int, DeviceProperties] = {}
+_lock = threading.Lock()
+
+
+def properties(index: int) -> DeviceProperties:
+    """Device ``index``'s properties, read once per index and process (or a fake, see ``fake``)."""
+    if _fakes:
+        f = _fakes.get(index)
+        if f is not None:
+            return f
+    p = _known.get(index)
+    if p is None:
+        with _lock:
+            p = _known.get(index)
+            if p is None:
+                p = _known[index] = _read(index)
+    return p
+
+
+def _read(index: int) -> DeviceProperties:
+    from .._backend import emulating
+    if emulating():
+        return emulated(index)
+    import torch
+    p = torch.cuda.get_device_properties(index)
+    return DeviceProperties(index, p.name, (p.major, p.minor), p.multi_processor_count,
+                            getattr(p, "shared_memory_per_block_optin", 0), getattr(p, "L2_cache_size", 0),
+                            p.total_memory)
+
+
+@contextlib.contextmanager
+def fake(index: int, description: "DeviceProperties | DeviceProfile"):
+    """Within the block, ``properties(index)`` describes another device (tests: choices on GPUs
+    that are not here). ``description``: DeviceProperties, or a DeviceProfile (e.g.
+    ``PROFILES["h100"]``). Process-wide, not per thread; restores what was there."""
+    if isinstance(description, DeviceProfile):
+        description = DeviceProperties(index, description.name, tuple(description.cc), description.sms,
+                                       description.shared_per_block_optin, description.l2_bytes)
+    with _lock:
+        before = _fakes.get(index)
+        _fakes[index] = description
+    try:
+        yield description
+    finally:
+        with _lock:
+            if before is None:
+                _fakes.pop(index, None)
+            else:
+                _fakes[index] = before
+
+
+__all__ = ["DeviceProfile", "PROFILES", "profile", "query", "current_or", "measure_copy_bandwidth",
+           "DeviceProperties", "properties", "fake", "emulated"]

@@ -1,6 +1,23 @@
-"""Block kernels in Triton: the fast path."""
-from . import tritonkey
+"""Block kernels in Triton: the fast path.
 
-tritonkey.install()
+Importing the family registers the ``triton`` kernel (``matmul.py``) and then its hooks: the
+precision check, the short path (``shortpath.py``) and, in emulation, operands at distinct
+addresses (Triton's interpreter keys its copies by address: two storages at one address clash).
+"""
+from ... import registry
+from ..._backend import emulating
+from . import matmul, shortpath
 
-from . import matmul  # noqa: E402,F401
+
+def _distinct_operands(launch):
+    def run(a, b, c, **kw):
+        if a.data_ptr() == b.data_ptr() and a.numel():
+            b = b.clone()
+        launch(a, b, c, **kw)
+    return run
+
+
+registry.amend(
+    "triton", casts_out=True, fast_plan=shortpath.fast_plan,
+    check_options=lambda dtype, opts: matmul.check_precision(dtype, opts.get("precision")),
+    **({"launch": _distinct_operands(matmul.SPEC.launch)} if emulating() else {}))

@@ -9,9 +9,14 @@ returned, and afterwards calls its launcher directly.
 Triton specialises a kernel on its runtime arguments: integers equal to 1, integers
 divisible by 16, 32- or 64-bit integers, and tensors' dtypes and 16-byte alignment.
 ``FastKernel`` keys its cache on exactly those properties, so a kernel is never reused
-where Triton would have compiled another one. If the direct call fails (a Triton
-version whose launcher takes other arguments) it falls back to the ordinary launch
-for good.
+where Triton would have compiled another one. The direct calls are Triton's private
+interface (``tiledmm._adapter``: checked versions, a self-test on first use); where the
+adapter turns them off, or a direct call fails, the ordinary launch is used for good.
+
+Bound launches for the short path (``kernels/block/shortpath.py``): ``bind`` runs a variant
+once and returns a ``ClassLaunch`` -- for a variant that is one plain kernel launch, the
+compiled kernel launched with each call's sizes, strides and grid -- or ``replay``'s launch
+bound to one exact signature (several launches with private buffers, other parameters).
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import inspect
 import threading
 from typing import Any
 
+from ... import _adapter
 from ..._backend import emulating
 
 
@@ -43,7 +49,10 @@ def _arg_key(a):
 
 
 class FastKernel:
-    """One JIT function with its meta-parameters (constexprs, num_warps, num_stages) fixed."""
+    """One JIT function with its meta-parameters (constexprs, num_warps, num_stages) fixed.
+
+    Thread-safe: everything set in ``__init__`` is never changed; the first launch of each
+    specialisation (which compiles) runs under the kernel's lock, and ``cache`` only grows."""
 
     def __init__(self, fn, meta: dict, num_warps: int, num_stages: int):
         self.fn = fn
@@ -56,15 +65,14 @@ class FastKernel:
         self.n_params = len(params)
         self.cache: dict[tuple, Any] = {}
         self.direct = not emulating()
-        self._template: list | None = None
-        self._slots: list[int] = []
+        # both built before the object is shared: a thread can never see one without the other
+        self._template = tuple(self.meta.get(self.constexpr_at.get(i)) for i in range(self.n_params))
+        self._slots = tuple(i for i in range(self.n_params) if i not in self.constexpr_at)
+        self._lock = threading.Lock()
 
     def _full(self, args: tuple) -> list:
         """Every parameter in signature order: the runtime ``args`` with the constexprs between."""
-        if self._template is None:
-            self._template = [self.meta.get(self.constexpr_at.get(i)) for i in range(self.n_params)]
-            self._slots = [i for i in range(self.n_params) if i not in self.constexpr_at]
-        full = self._template[:]
+        full = list(self._template)
         for i, v in zip(self._slots, args):
             full[i] = v
         return full
@@ -83,13 +91,19 @@ class FastKernel:
             rec.append((self, grid, args, key))
         ck = self.cache.get(key)
         if ck is None:
-            ck = self.cache[key] = self._slow(grid, args)
+            with self._lock:                # one thread compiles a specialisation; the others wait for it
+                ck = self.cache.get(key)
+                if ck is None:
+                    ck = self._slow(grid, args)
+                    self.cache[key] = ck
+                    return ck
+        if not _adapter.triton_direct():
+            self._slow(grid, args)
             return ck
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
         try:
-            ck.run(grid[0], g1, g2, current_stream(), ck.function, ck.packed_metadata, None, None, None,
-                   *self._full(args))
+            _adapter.run_compiled(ck, grid[0], g1, g2, current_stream(), self._full(args))
         except (TypeError, AttributeError, SystemError):   # a launcher of another shape: never again
             self.direct = False
             self._slow(grid, args)
@@ -111,12 +125,11 @@ class Launcher:
     def __call__(self, grid: tuple, args: tuple, meta: dict, num_warps: int, num_stages: int):
         key = (tuple(meta.items()), num_warps, num_stages)
         fk = self.kernels.get(key)
-        if fk is None:
-            fk = self.kernels[key] = FastKernel(self.fn, meta, num_warps, num_stages)
+        if fk is None:      # two threads may both build one: setdefault keeps the first for both
+            fk = self.kernels.setdefault(key, FastKernel(self.fn, meta, num_warps, num_stages))
         return fk(grid, *args)
 
 
-_raw_stream = None
 _interpreter_lock = threading.Lock()
 _tls = threading.local()
 
@@ -125,6 +138,37 @@ WORKSPACE = "workspace"   # a variant's replayable mode: several FastKernel laun
 MAX_KEPT_BYTES = 256 << 20   # private buffers kept by bound launches, all together
 _kept: list = []
 _kept_bytes = 0
+_kept_lock = threading.Lock()
+
+
+def _record(fn, a, b, c, kw) -> tuple:
+    """Run ``fn(a, b, c, **kw)`` once: (its replayable mode, the FastKernel launches it made)."""
+    mode = getattr(fn, "replayable", False)
+    if callable(mode):
+        mode = mode(a, b, c)
+    if not mode:
+        fn(a, b, c, **kw)
+        return mode, []
+    _tls.launches = launches = []
+    try:
+        fn(a, b, c, **kw)
+    finally:
+        _tls.launches = None
+    return mode, launches
+
+
+def _plain(launches: list, a, b, c):
+    """(kernel, grid, args, key, compiled) of a single direct launch whose first three arguments
+    are a, b, c and whose other arguments hold no tensor; else None."""
+    if len(launches) != 1:
+        return None
+    fk, grid, args, key = launches[0]
+    ck = fk.cache.get(key)
+    if ck is None or not fk.direct or len(args) < 3 or args[0] is not a or args[1] is not b or args[2] is not c:
+        return None
+    if any(hasattr(v, "data_ptr") for v in args[3:]):
+        return None
+    return fk, grid, args, key, ck
 
 
 def replay(fn, a, b, c, **kw):
@@ -135,32 +179,23 @@ def replay(fn, a, b, c, **kw):
     (a, b, c) where it is a function) says what ``fn`` does: True -- one direct launch of a
     FastKernel whose only tensors are ``a``, ``b``, ``c`` as its first three arguments;
     WORKSPACE -- FastKernel launches and private buffers (``_replay_steps``). None where ``fn``
-    is otherwise (then the caller keeps calling ``fn``)."""
-    mode = getattr(fn, "replayable", False)
-    if callable(mode):
-        mode = mode(a, b, c)
-    if not mode:
-        fn(a, b, c, **kw)
+    is otherwise, or where direct launches are off (``_adapter``): the caller keeps calling ``fn``."""
+    return _exact(*_record(fn, a, b, c, kw), a, b, c)
+
+
+def _exact(mode, launches: list, a, b, c):
+    if not mode or not _adapter.triton_direct():
         return None
-    _tls.launches = launches = []
-    try:
-        fn(a, b, c, **kw)
-    finally:
-        _tls.launches = None
     if mode == WORKSPACE:
         return _replay_steps(launches, a, b, c)
-    if len(launches) != 1:
+    plain = _plain(launches, a, b, c)
+    if plain is None:
         return None
-    fk, grid, args, key = launches[0]
-    ck = fk.cache.get(key)
-    if ck is None or not fk.direct or len(args) < 3 or args[0] is not a or args[1] is not b or args[2] is not c:
-        return None
+    fk, grid, args, _, ck = plain
     rest = tuple(fk._full(args)[3:])
-    if any(hasattr(v, "data_ptr") for v in rest):
-        return None
-    run, function, packed = ck.run, ck.function, ck.packed_metadata
+    function, packed = ck.function, ck.packed_metadata
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
-    direct = c_launch(ck)
+    direct = _adapter.c_launch(ck)
     if direct is not None and not direct[3]:
         launch, coop, pdl, _ = direct
 
@@ -180,12 +215,165 @@ def replay(fn, a, b, c, **kw):
                 launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, packed, None, None, None,
                        pa, pb, pc, *rest)
             else:
-                run(g0, g1, g2, stream, function, packed, None, None, None, pa, pb, pc, *rest)
+                _adapter.run_compiled(ck, g0, g1, g2, stream, (pa, pb, pc) + rest)
         return go
 
     def go(stream: int, pa: int, pb: int, pc: int) -> None:
-        run(g0, g1, g2, stream, function, packed, None, None, None, pa, pb, pc, *rest)
+        _adapter.run_compiled(ck, g0, g1, g2, stream, (pa, pb, pc) + rest)
     return go
+
+
+def bind(fn, a, b, c, alpha: float, beta: float) -> tuple:
+    """Run ``fn(a, b, c, alpha=, beta=)`` once and return what repeats it without the dispatcher:
+    (``ClassLaunch`` or None, ``replay``'s exact bound launch or None). The class launch serves
+    every later call of the same shape class and layout (the caller keys it); the exact one only
+    calls of this very signature."""
+    mode, launches = _record(fn, a, b, c, {"alpha": alpha, "beta": beta})
+    if _adapter.triton_direct() and mode is True:          # (decides direct launches on first use)
+        plain = _plain(launches, a, b, c)
+        cls = ClassLaunch.of(plain, a, b, c, alpha, beta) if plain is not None else None
+        if cls is not None:
+            return cls, None
+    return None, _exact(mode, launches, a, b, c)
+
+
+# the runtime parameters a class launch computes per call, by name: the variants' kernels name
+# them so (kernels.py); a kernel with any other runtime parameter is bound per exact signature
+_ENV = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_ab", "stride_am", "stride_ak", "stride_bb",
+        "stride_bk", "stride_bn", "stride_cb", "stride_cm", "stride_cn", "alpha", "beta")
+MAX_GRID_YZ = 65535
+
+
+def env(sa, sb, st_a, st_b, st_c, pa: int, pb: int, pc: int, alpha: float, beta: float) -> tuple:
+    """The values of ``_ENV`` for one call, and the batch last, from the operands' shapes, strides
+    and pointers (batch strides 0 for a 2-D or broadcast operand; a, b, c of one rank)."""
+    if len(sa) == 3:
+        batch = sa[0]
+        return (pa, pb, pc, sa[1], sb[2], sa[2], st_a[0] if batch > 1 else 0, st_a[1], st_a[2],
+                st_b[0] if sb[0] > 1 else 0, st_b[1], st_b[2], st_c[0], st_c[1], st_c[2], alpha, beta, batch)
+    return (pa, pb, pc, sa[0], sb[1], sa[1], 0, st_a[0], st_a[1], 0, st_b[0], st_b[1], 0, st_c[0], st_c[1],
+            alpha, beta, 1)
+
+
+def _env(a, b, c, alpha, beta) -> tuple:
+    return env(a.shape, b.shape, a.stride(), b.stride(), c.stride(), a.data_ptr(), b.data_ptr(), c.data_ptr(),
+               alpha, beta)
+
+
+class ClassLaunch:
+    """A bound launch for a whole shape class: one FastKernel (meta fixed) whose runtime
+    parameters are all in ``_ENV``, launched with sizes, strides and pointers read from each
+    call (``env(...)``) and the grid computed per call (host cdiv): the variants' plain launch
+    (``replayable is True``) without their Python. ``__call__(stream, env)`` returns False
+    where it launched nothing (a specialisation not compiled yet, a batch over the grid limit,
+    a kernel with scratch on a stream other than its own): the caller runs the variant, which
+    compiles, and later calls take the bound path.
+
+    Immutable once built but for two caches that only fill (and ``_memo`` starts again when
+    full): specialisation -> C launch, and sizes -> (C launch, grid)."""
+
+    MEMO = 4096
+
+    def __init__(self, fk, pick, ints, where: tuple, fixed_key: tuple, persistent: int, bm: int, bn: int,
+                 batched: bool):
+        self.fk, self.pick, self.ints, self.where, self.fixed_key = fk, pick, ints, where, fixed_key
+        self.persistent, self.bm, self.bn, self.batched = persistent, bm, bn, batched
+        self.tail = tuple(fk._template[len(fk._slots):])
+        self.home = current_stream()
+        self._known: dict[tuple, tuple] = {}
+        self._memo: dict[tuple, tuple] = {}
+        self._buffer = None
+        self._scratch_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, plain, a, b, c, alpha, beta):
+        """The class launch of a recorded plain launch, or None where its arguments or grid are not
+        what ``_env`` and ``grid`` compute from the call (checked on the recorded call itself)."""
+        import operator
+        fk, grid, args, key, _ = plain
+        names = fk.names
+        if any(n not in _ENV for n in names) or fk._slots != tuple(range(len(fk._slots))):
+            return None                      # an unknown parameter, or constexprs between runtime ones
+        bm, bn = fk.meta.get("BLOCK_M"), fk.meta.get("BLOCK_N")
+        if not isinstance(bm, int) or not isinstance(bn, int):
+            return None
+        idx = [_ENV.index(n) for n in names]
+        pick = operator.itemgetter(*idx) if len(idx) > 1 else (lambda env: (env[idx[0]],))
+        where = tuple(i for i, n in enumerate(names) if 3 <= _ENV.index(n) <= 14)
+        ints = operator.itemgetter(*(idx[i] for i in where), len(_ENV))    # the sizes, strides and batch
+        fixed_key = tuple(k for i, k in enumerate(key) if i not in where)
+        persistent = fk.meta.get("NUM_SMS", 0)
+        self = cls(fk, pick, ints, where, fixed_key, persistent if isinstance(persistent, int) else 0, bm, bn,
+                   len(grid) > 1)
+        env = _env(a, b, c, float(alpha), float(beta))
+        want = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args)
+        if tuple(pick(env)) != want or tuple(grid) != self.grid(env[3], env[4], env[-1]):
+            return None
+        if self._learn(ints(env), env) is None:      # no C launch for the compiled kernel itself
+            return None
+        return self
+
+    def grid(self, M: int, N: int, batch: int) -> tuple:
+        tiles = -(-M // self.bm) * -(-N // self.bn)
+        if self.persistent:
+            tiles = min(self.persistent, tiles)
+        return (tiles, batch) if self.batched else (tiles,)
+
+    def __call__(self, stream: int, env: tuple) -> bool:
+        sizes = self.ints(env)
+        hit = self._memo.get(sizes)
+        if hit is None:
+            hit = self._learn(sizes, env)
+            if hit is None:
+                return False
+        launch, coop, pdl, nbytes, function, packed, g0, g1 = hit
+        scratch = None
+        if nbytes:
+            if stream != self.home:
+                return False
+            scratch = self._scratch(g0 * g1 * nbytes)
+        launch(g0, g1, 1, stream, function, coop, pdl, scratch, None, packed, None, None, None,
+               *self.pick(env), *self.tail)
+        return True
+
+    def _learn(self, sizes: tuple, env: tuple):
+        """(C launch..., grid) for these sizes where the kernel has compiled their specialisation
+        and the grid is launchable; else None."""
+        ikey = tuple(map(_int_key, sizes[:-1]))
+        known = self._known.get(ikey)
+        if known is None:
+            full, it, rest = [], iter(ikey), iter(self.fixed_key)
+            for i in range(len(self.fk._slots)):
+                full.append(next(it) if i in self.where else next(rest))
+            ck = self.fk.cache.get(tuple(full))
+            direct = _adapter.c_launch(ck) if ck is not None else None
+            if direct is None or (direct[3] and direct[2]):      # scratch shared under PDL: not bound
+                return None
+            known = self._known[ikey] = (*direct, ck.function, ck.packed_metadata)
+        g = self.grid(env[3], env[4], env[-1])
+        g1 = g[1] if self.batched else 1
+        if g1 > MAX_GRID_YZ:
+            return None
+        if len(self._memo) >= self.MEMO:
+            self._memo.clear()
+        hit = self._memo[sizes] = (*known, g[0], g1)
+        return hit
+
+    def _scratch(self, nbytes: int):
+        """Global scratch of at least ``nbytes`` on the home stream, kept for good (graph-safe)."""
+        global _kept_bytes
+        have = self._buffer
+        if have is not None and have.numel() >= nbytes:
+            return have
+        with self._scratch_lock:
+            have = self._buffer
+            if have is None or have.numel() < nbytes:
+                have = _scratch(max(nbytes, 2 * (have.numel() if have is not None else 0)))
+                with _kept_lock:
+                    _kept.append(have)
+                    _kept_bytes += have.numel()
+                self._buffer = have
+        return have
 
 
 def _replay_steps(launches: list, a, b, c):
@@ -207,7 +395,7 @@ def _replay_steps(launches: list, a, b, c):
     steps, private = [], {}
     for fk, grid, args, key in launches:
         ck = fk.cache.get(key)
-        direct = c_launch(ck) if ck is not None and fk.direct else None
+        direct = _adapter.c_launch(ck) if ck is not None and fk.direct else None
         if direct is None or direct[2]:
             return None
         full = fk._full(args)
@@ -232,10 +420,11 @@ def _replay_steps(launches: list, a, b, c):
         steps.append((direct[0], direct[1], g0, g1, g2, ck.function, ck.packed_metadata, full, tuple(slots),
                       scratch))
     nbytes = sum(t.untyped_storage().nbytes() for t in private.values())
-    if _kept_bytes + nbytes > MAX_KEPT_BYTES:
-        return None
-    _kept.extend(private.values())
-    _kept_bytes += nbytes
+    with _kept_lock:                   # check and add at once: threads binding together stay under the cap
+        if _kept_bytes + nbytes > MAX_KEPT_BYTES:
+            return None
+        _kept.extend(private.values())
+        _kept_bytes += nbytes
     home = current_stream()
 
     def go(stream: int, pa: int, pb: int, pc: int):
@@ -251,50 +440,19 @@ def _replay_steps(launches: list, a, b, c):
     return go
 
 
-# The body of Triton's Python launcher (``CudaLauncher.__call__``, Triton 3.6) allocates the scratch
-# buffers (None where the kernel needs none) and ends in this call, so the bound launch can call the
-# compiled C ``launch`` itself (~3 us a call less, and no allocation). Any other body: Triton's call.
-_KNOWN_TAIL = ("self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, "
-               "self.launch_pdl, global_scratch, profile_scratch, *args)")
-_known: dict[type, bool] = {}
-
-
 def _scratch(nbytes: int):
     """Global scratch memory as tiledmm's Triton allocator gives it (``_vcommon``)."""
     import torch
     return torch.empty(nbytes, device="cuda", dtype=torch.int8)
 
 
-def c_launch(ck):
-    """(C launch, cooperative flag, PDL flag, global scratch bytes per program) of a CompiledKernel
-    whose Python launcher is the one described above and needs no profiling scratch; else None."""
-    run = ck.run
-    cls = type(run)
-    known = _known.get(cls)
-    if known is None:
-        try:
-            lines = inspect.getsource(cls.__call__).split("\n")
-        except (OSError, TypeError):
-            lines = []
-        body = " ".join(" ".join(lines).split())
-        known = _known[cls] = body.endswith(_KNOWN_TAIL) and body.count("self.launch(") == 1
-    if not known or getattr(run, "profile_scratch_size", 1):
-        return None
-    try:
-        scratch = run.global_scratch_size * getattr(run, "num_ctas", 1)
-        if scratch and run.global_scratch_align > 256:      # torch's blocks are 512-byte aligned
-            return None
-        return run.launch, run.launch_cooperative_grid, run.launch_pdl, scratch
-    except AttributeError:
-        return None
+_raw_stream = None
 
 
 def current_stream() -> int:
     """torch's current raw CUDA stream on the current device (cheap: no Stream object)."""
     global _raw_stream
     if _raw_stream is None:
-        import torch
-        get = torch._C._cuda_getCurrentRawStream
-        dev = torch.cuda.current_device
+        get, dev = _adapter.raw_stream_getter(), _adapter.device_getter()
         _raw_stream = lambda: get(dev())  # noqa: E731
     return _raw_stream()

@@ -1,7 +1,7 @@
 """Variant 'tma-kcache': tf32 with a row-major B, through a cached K-major copy of B.
 
 wgmma reads 32-bit operands K-major only, so a tf32 product with a row-major (N-major) B
-either re-lays B through registers in every K step (matmul.py's 'blocked-nocopy': about half
+either re-lays B through registers in every K step (the blocked kernel's SWAP = 2: about half
 the speed) or copies B to K-major first (64 MB at 4096^2: ~40 us per call). A weight that is
 reused across calls need pay that copy once: this module keeps the K-major copy, keyed by
 
@@ -14,11 +14,14 @@ when the memory is freed (so a new tensor at the same address cannot hit a stale
 Limits: writes that bypass torch (another library writing through a raw pointer / DLPack)
 do not move the version counter; such callers must not rely on the cache (clear() empties it).
 Capacity: MAX_ENTRIES copies and MAX_BYTES in all, least recently used dropped first.
+Thread-safe: the cache is read and changed under one lock (the copy itself is made outside it).
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
+from ... import _adapter
 from . import _vcommon as V
 from . import tma_persistent as T
 from ._vcommon import kind_of
@@ -29,40 +32,40 @@ MAX_ENTRIES = 16
 MAX_BYTES = 4 << 30
 
 _cache: "OrderedDict[tuple, tuple]" = OrderedDict()
+_lock = threading.Lock()
 stats = {"hits": 0, "misses": 0}
 
 
 def _key(t) -> tuple:
-    return (t.data_ptr(), t._version, tuple(t.shape), tuple(t.stride()), str(t.dtype), str(t.device))
-
-
-def _storage_ref(t):
-    from torch.multiprocessing.reductions import StorageWeakRef
-    return StorageWeakRef(t.untyped_storage())
+    return (t.data_ptr(), _adapter.version_counter(t), tuple(t.shape), tuple(t.stride()), str(t.dtype),
+            str(t.device))
 
 
 def kmajor(b):
     """A K-major (column-major) copy of the 2-D (K, N) tensor b, reused while b is unchanged."""
-    for k in [k for k, (ref, _) in _cache.items() if ref.expired()]:
-        del _cache[k]
     key = _key(b)
-    hit = _cache.get(key)
-    if hit is not None:
-        _cache.move_to_end(key)
-        stats["hits"] += 1
-        return hit[1]
-    stats["misses"] += 1
+    with _lock:
+        for k in [k for k, (ref, _) in _cache.items() if ref.expired()]:
+            del _cache[k]
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+            stats["hits"] += 1
+            return hit[1]
+        stats["misses"] += 1
     copy = k_major(b, -2)   # (K, N) with strides (1, K)
-    _cache[key] = (_storage_ref(b), copy)
-    total = sum(c.numel() * c.element_size() for _, c in _cache.values())
-    while len(_cache) > MAX_ENTRIES or (total > MAX_BYTES and len(_cache) > 1):
-        _, (_, old) = _cache.popitem(last=False)
-        total -= old.numel() * old.element_size()
+    with _lock:
+        _cache[key] = (_adapter.storage_weakref(b), copy)
+        total = sum(c.numel() * c.element_size() for _, c in _cache.values())
+        while len(_cache) > MAX_ENTRIES or (total > MAX_BYTES and len(_cache) > 1):
+            _, (_, old) = _cache.popitem(last=False)
+            total -= old.numel() * old.element_size()
     return copy
 
 
 def clear() -> None:
-    _cache.clear()
+    with _lock:
+        _cache.clear()
 
 
 CONFIGS = {"16bit": [], "tf32": T.CONFIGS["tf32"], "ieee": []}

@@ -1,0 +1,253 @@
+"""The Triton family's short path: repeat calls without the API's checks or the dispatcher.
+
+The family registers ``fast_plan`` on its KernelSpec; ``tiledmm.api`` asks it for a plan per
+(array type, dtypes, kernel, precision) on the first call of that kind that passes the API's
+checks, and calls the plan first on every call of the kind from then on. A plan returns None for anything unusual (the full
+path then handles the call, checks and all): another device, broadcasting, out overlapping
+an input, a zero stride in out, alpha/beta that are not plain numbers.
+
+Each plan keys its bound launches by *class*: the device, ranks, log2 buckets of M, N and K
+(the dispatcher's shape class), which strides are unit, the strides' and pointers' 16-byte
+alignment residues, alpha == 1 and beta == 0 -- a superset of the dispatcher's plan key, so
+one key always means one variant and config. A key's first call runs the dispatcher and binds
+(``fastlaunch.bind``): for a plain single-kernel variant a ``ClassLaunch`` that computes sizes,
+strides and grid per call (any new M of a seen class: no Python planning, no new closure);
+for the others an exact-signature bound launch (``fastlaunch.replay``) per signature.
+
+A first call on torch tensors walks: ``api.matmul`` -> ``api._matmul`` (checks) ->
+``TorchPlan.__call__`` -> ``TorchPlan._bind`` -> ``block.matmul.resolved`` (the pick) ->
+``fastlaunch.bind`` -> the variant's launch -> ``FastKernel`` -> Triton; a repeat call:
+``api.matmul`` -> ``TorchPlan.__call__`` -> ``ClassLaunch`` -> the C launch.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ... import _adapter
+from ..._arrays import dtype_name, overlaps, to_torch
+from . import fastlaunch
+from . import matmul as dispatcher
+from .matmul import check_precision
+
+MAX_SIGNATURES = 512     # bound launches a plan keeps (then it starts again)
+
+
+def _class_key(index: int, sa, sb, st_a, st_b, st_c, pa: int, pb: int, pc: int, m: int, alpha, beta) -> tuple:
+    """The short path's class key (see the module docstring); ``m`` = 16 // element size. It must
+    stay a superset of the dispatcher's ``plan_key`` (block/matmul.py): one key, one choice."""
+    return (index, len(sa), sa[-2].bit_length(), sb[-1].bit_length(), sa[-1].bit_length(),
+            st_a[-2] == 1, st_a[-1] == 1, st_b[-2] == 1, st_b[-1] == 1, st_c[-2] == 1, st_c[-1] == 1,
+            st_a[-2] % m, st_a[-1] % m, st_b[-2] % m, st_b[-1] % m, st_c[-2] % m, st_c[-1] % m,
+            pa & 15, pb & 15, pc & 15, alpha == 1, beta == 0)
+
+
+class TorchPlan:
+    """The short path for torch CUDA tensors: 2-D or 3-D operands (equal batch), same dtype in
+    and out, torch's current stream and device (any device: keys carry its index)."""
+
+    def __init__(self, a, precision: str | None):
+        import torch
+        self.dtype = a.dtype
+        self.precision = check_precision(str(a.dtype).replace("torch.", ""), precision)
+        self.m = max(1, 16 // a.element_size())
+        self.empty, self.Tensor = torch.empty, torch.Tensor
+        self.bound: dict[tuple, Any] = {}     # class key -> (ClassLaunch or None, variant launch, {sig: bound})
+        self.seen: dict[tuple, Any] = {}      # exact signature -> its class's entry
+        self.current = _adapter.device_getter()
+        self.stream = _adapter.raw_stream_getter()
+
+    def __call__(self, a, b, out, alpha, beta):
+        ta, tb = type(alpha), type(beta)
+        if ta is not float and ta is not int or tb is not float and tb is not int:
+            return None
+        sa, sb = a.shape, b.shape
+        if len(sa) != len(sb) or len(sa) not in (2, 3):
+            return None
+        device = a.device
+        index = device.index
+        if sa[-1] != sb[-2] or b.device != device or self.current() != index or b.dtype != self.dtype:
+            return None
+        if len(sa) == 3 and sa[0] != sb[0]:     # the plan's key fixes both ranks equal
+            return None
+        shape = (*sa[:-1], sb[-1])
+        if out is None:
+            if beta:
+                return None
+            c = self.empty(shape, dtype=self.dtype, device=device)
+        else:
+            if type(out) is not self.Tensor or out.shape != shape or out.dtype != self.dtype \
+                    or out.device != device or overlaps(out, a) or overlaps(out, b) or 0 in out.stride():
+                return None
+            c = out
+        if 0 in shape or sa[-1] == 0:
+            return None
+        st_a, st_b, st_c = a.stride(), b.stride(), c.stride()
+        pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+        sig = (index, sa, sb, st_a, st_b, st_c, pa & 15, pb & 15, pc & 15, alpha, beta)
+        hit = self.seen.get(sig)          # a signature seen before: its class's entry without the key
+        if hit is None:
+            key = _class_key(index, sa, sb, st_a, st_b, st_c, pa, pb, pc, self.m, alpha, beta)
+            hit = self.bound.get(key)
+            if hit is None:
+                self._bind(key, a, b, c, float(alpha), float(beta))
+                return c
+            if len(self.seen) >= MAX_SIGNATURES:
+                self.seen.clear()
+            self.seen[sig] = hit
+        cls, fn, exact = hit
+        stream = self.stream(index)
+        if cls is not None:
+            env = fastlaunch.env(sa, sb, st_a, st_b, st_c, pa, pb, pc, float(alpha), float(beta))
+            if cls(stream, env) is False:
+                fn(a, b, c, alpha=float(alpha), beta=float(beta))      # compiles a new specialisation
+            return c
+        go = exact.get(sig)
+        if go is None:
+            if len(exact) >= MAX_SIGNATURES:
+                exact.clear()
+            exact[sig] = fastlaunch.replay(fn, a, b, c, alpha=float(alpha), beta=float(beta)) or False
+        elif go is False or go(stream, pa, pb, pc) is False:
+            fn(a, b, c, alpha=float(alpha), beta=float(beta))   # not bound, or bound on another stream
+        return c
+
+    def _bind(self, key: tuple, a, b, c, alpha: float, beta: float) -> None:
+        """A class's first call: the dispatcher's pick, run once and bound (on torch's current stream)."""
+        fn = dispatcher.resolved(a, b, c, self.precision, alpha, beta)
+        cls, go = fastlaunch.bind(fn, a, b, c, alpha, beta)
+        if not _adapter.decided():
+            return                       # (inside a CUDA graph capture, before the launch self-test)
+        exact = {}
+        if cls is None:
+            exact[(a.device.index, a.shape, b.shape, a.stride(), b.stride(), c.stride(), a.data_ptr() & 15,
+                   b.data_ptr() & 15, c.data_ptr() & 15, alpha, beta)] = go or False
+        if len(self.bound) >= MAX_SIGNATURES:
+            self.bound.clear()
+        self.bound[key] = (cls, fn, exact)
+
+
+class PointerPlan:
+    """The short path for CuPy arrays and numba device arrays: the same bound launches as
+    torch's, keyed by the array's own shapes, byte strides and pointers, on CuPy's current
+    stream (CuPy) or the default stream (numba); the output is allocated by the array's own
+    library. Exact signatures only; signatures whose launch is more than one plain launch take
+    the full path."""
+
+    def __init__(self, kind: str, a, precision: str | None):
+        import torch
+        self.kind, self.dtype, self.type = kind, a.dtype, type(a)
+        self.precision = check_precision(dtype_name(a, kind), precision)
+        self.exact: dict[tuple, Any] = {}
+        self.index = torch.cuda.current_device()
+        if kind == "cupy":
+            import cupy
+            self.empty = cupy.empty
+            self.ptr = lambda x: x.data.ptr
+            current = cupy.cuda.get_current_stream
+            self.stream = lambda: current().ptr
+            device = cupy.cuda.runtime.getDevice
+            self.on_device = lambda x, y: x.data.device_id == y.data.device_id == device() == self.index
+        else:
+            self.empty = numba_empty(self.index, a.dtype)
+            self.ptr = lambda x: x.gpu_data.device_pointer_value or 0
+            self.stream = lambda: 0
+            current = _adapter.device_getter()
+            self.on_device = lambda x, y: current() == self.index
+
+    def __call__(self, a, b, out, alpha, beta):
+        ta, tb = type(alpha), type(beta)
+        if ta is not float and ta is not int or tb is not float and tb is not int:
+            return None
+        sa, sb = a.shape, b.shape
+        if len(sa) != len(sb) or len(sa) not in (2, 3):
+            return None
+        if sa[-1] != sb[-2] or b.dtype != self.dtype or not self.on_device(a, b):
+            return None
+        if len(sa) == 3 and sa[0] != sb[0]:
+            return None
+        shape = (*sa[:-1], sb[-1])
+        if 0 in shape or sa[-1] == 0:
+            return None
+        if out is None:
+            if beta:
+                return None
+            c = self.empty(shape, dtype=self.dtype)
+        else:
+            if type(out) is not self.type or out.shape != shape or out.dtype != self.dtype or 0 in out.strides:
+                return None
+            c = out
+        pa, pb, pc = self.ptr(a), self.ptr(b), self.ptr(c)
+        if out is not None and (_span_overlap(c, pc, a, pa) or _span_overlap(c, pc, b, pb)):
+            return None
+        sig = (sa, sb, a.strides, b.strides, c.strides, pa & 15, pb & 15, pc & 15, alpha, beta)
+        go = self.exact.get(sig, False)
+        if go is None:                  # this signature takes the full path
+            return None
+        if go is not False:
+            return c if go(self.stream(), pa, pb, pc) is not False else None
+        if len(self.exact) >= MAX_SIGNATURES:
+            self.exact.clear()
+        done, self.exact[sig] = self._bind(a, b, c, float(alpha), float(beta))
+        return c if done else None
+
+    def _bind(self, a, b, c, alpha, beta) -> tuple:
+        """The first call of a signature, through torch views on this kind's stream:
+        (whether it ran, the bound launch or None)."""
+        import torch
+        device = torch.device("cuda", self.index)
+        A, B, C = to_torch(a, self.kind), to_torch(b, self.kind), to_torch(c, self.kind)
+        if C.data_ptr() != self.ptr(c) or A.data_ptr() != self.ptr(a) or B.data_ptr() != self.ptr(b):
+            return False, None          # copied by the conversion (a layout torch cannot view)
+        stream = torch.cuda.ExternalStream(self.stream(), device=device) if self.kind == "cupy" else \
+            torch.cuda.default_stream(device)
+        with torch.cuda.device(device), torch.cuda.stream(stream):
+            fn = dispatcher.resolved(A, B, C, self.precision, alpha, beta)
+            go = fastlaunch.replay(fn, A, B, C, alpha=alpha, beta=beta)
+        return True, go
+
+
+def numba_empty(index: int, dtype):
+    """numba's ``device_array`` for the short path's outputs, but from torch's caching allocator:
+    numba's own allocates with ``cuMemAlloc`` on every call and frees in batches with
+    ``cuMemFree``, which waits for the whole device. The array owns the tensor it views."""
+    import torch
+
+    from ..._backend import numba_cuda
+    numba_empty_ = numba_cuda().device_array
+    make = _adapter.numba_array_maker(index)
+    if make is None:
+        return numba_empty_
+    tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
+    device = torch.device("cuda", index)
+    size = dtype.itemsize
+    raw_stream = _adapter.raw_stream_getter()
+
+    def empty(shape, dtype=None):
+        if raw_stream(index):           # torch's blocks belong to its current stream: the kernels run on
+            return numba_empty_(shape, dtype=dtype)    # the default stream, so only then are they safe
+        t = torch.empty(shape, dtype=tdtype, device=device)
+        strides, step = [], size
+        for n in reversed(shape):
+            strides.append(step)
+            step *= n
+        return make(shape, tuple(strides[::-1]), dtype, t.data_ptr(), step, t)
+    return empty
+
+
+def _span_overlap(x, px: int, y, py: int) -> bool:
+    """Whether two arrays' byte ranges (from their own strides) intersect."""
+    def end(t, p):
+        return p + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.strides)) + t.dtype.itemsize
+    return px < end(y, py) and py < end(x, px)
+
+
+def fast_plan(kind: str, a, precision: str | None):
+    """The KernelSpec hook: a short-path plan for arrays of ``kind`` like ``a``, or None where the
+    family has none (emulation, host arrays, other kinds, ranks other than 2 and 3)."""
+    from ..._backend import emulating
+    if emulating() or kind not in ("torch", "cupy", "numba") or len(a.shape) not in (2, 3):
+        return None
+    if kind == "torch":
+        return TorchPlan(a, precision) if a.device.type == "cuda" else None
+    return PointerPlan(kind, a, precision)

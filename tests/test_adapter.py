@@ -1,0 +1,207 @@
+"""tiledmm._adapter: the private Triton/torch/numba interfaces, their version gate, self-test and
+public fallbacks; Triton's own cache key left alone."""
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import tiledmm
+from tiledmm import _adapter
+from tiledmm.kernels.block import fastlaunch
+
+from .conftest import GPU
+
+
+@pytest.fixture
+def undecided(monkeypatch):
+    """The adapter as in a fresh process on a GPU (the decision made again, emulation off)."""
+    monkeypatch.setattr(_adapter, "_direct", None)
+    monkeypatch.setattr(_adapter, "_why_not", "")
+    monkeypatch.setattr(_adapter._backend, "emulating", lambda: False)
+    monkeypatch.setattr(_adapter, "_capturing", lambda: False)
+    yield
+    monkeypatch.setattr(_adapter, "_direct", None)
+
+
+def test_importing_tiledmm_imports_no_triton():
+    code = "import sys, tiledmm; print('triton' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_tiledmm_leaves_tritons_cache_key_alone():
+    from triton.runtime import cache, jit
+    before = (cache.triton_key, cache.get_cache_key, jit.get_cache_key)
+    a = torch.randn(8, 8)
+    tiledmm.matmul(a, a, kernel="triton")
+    assert (cache.triton_key, cache.get_cache_key, jit.get_cache_key) == before
+    assert not getattr(cache.triton_key, "tiledmm", False)
+
+
+def test_an_unchecked_triton_is_detected_and_warned_about_once(undecided, monkeypatch):
+    import triton
+    monkeypatch.setattr(_adapter, "TRITON_CHECKED", ("0.0.0",))
+    tested = []
+    monkeypatch.setattr(_adapter, "_self_test", lambda: tested.append(1) or "")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _adapter.triton_direct() is False
+        assert _adapter.triton_direct() is False
+    assert len(caught) == 1 and triton.__version__ in str(caught[0].message)
+    assert "kernel[grid]" in str(caught[0].message) and not tested     # no private launch tried
+    assert triton.__version__ in _adapter.why_not_direct()
+
+
+@pytest.mark.skipif(GPU, reason="the CPU image's Triton (the newest) only")
+def test_the_newest_triton_here_is_not_among_the_checked_versions():
+    import triton
+    assert triton.__version__ not in _adapter.TRITON_CHECKED
+
+
+@pytest.mark.parametrize("failure", ["returns", "raises"])
+def test_a_failing_self_test_turns_direct_launches_off_with_one_warning(undecided, monkeypatch, failure):
+    import triton
+    monkeypatch.setattr(_adapter, "TRITON_CHECKED", (triton.__version__,))
+
+    def self_test():
+        if failure == "raises":
+            raise TypeError("launch() takes 14 positional arguments")
+        return "self-test launch 2 wrote wrong values"
+    monkeypatch.setattr(_adapter, "_self_test", self_test)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not _adapter.triton_direct() and not _adapter.triton_direct()
+    assert len(caught) == 1
+    assert ("TypeError" if failure == "raises" else "wrong values") in str(caught[0].message)
+
+
+def test_no_decision_inside_a_graph_capture(undecided, monkeypatch):
+    """The self-test synchronises, which a CUDA graph capture forbids: while capturing, direct
+    launches are off for the call and the decision waits."""
+    monkeypatch.setattr(_adapter, "_capturing", lambda: True)
+    monkeypatch.setattr(_adapter, "_decide", lambda: pytest.fail("decided during a capture"))
+    assert _adapter.triton_direct() is False and _adapter._direct is None
+
+
+def test_a_passing_self_test_turns_direct_launches_on_silently(undecided, monkeypatch):
+    import triton
+    monkeypatch.setattr(_adapter, "TRITON_CHECKED", (triton.__version__,))
+    monkeypatch.setattr(_adapter, "_self_test", lambda: "")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _adapter.triton_direct()
+    assert not caught
+
+
+@pytest.mark.skipif(GPU, reason="emulation only")
+def test_emulation_decides_off_without_a_warning(monkeypatch):
+    monkeypatch.setattr(_adapter, "_direct", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _adapter.triton_direct() is False
+    assert not caught and _adapter.why_not_direct() == "emulation"
+    monkeypatch.setattr(_adapter, "_direct", None)
+
+
+class _KnownLauncher:               # the body of Triton 3.6's CudaLauncher.__call__
+    launch_cooperative_grid, launch_pdl = False, False
+    num_ctas, global_scratch_align, global_scratch_size, profile_scratch_size = 1, 128, 0, 0
+
+    def __init__(self, calls):
+        self.launch = lambda *args: calls.append(("C",) + args)
+        self.calls = calls
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        global_scratch = None
+        profile_scratch = None
+        self.calls.append(("python",))
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
+                    global_scratch, profile_scratch, *args)
+
+
+class _OtherLauncher(_KnownLauncher):
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        self.launch(gridX, gridY, gridZ, stream, function, *args)
+
+
+def _compiled(launcher):
+    class Compiled:
+        function, packed_metadata = "fn", "meta"
+        run = launcher
+    return Compiled()
+
+
+def test_c_launch_needs_direct_launches_on_and_the_known_launcher_body(monkeypatch):
+    calls = []
+    ck = _compiled(_KnownLauncher(calls))
+    monkeypatch.setattr(_adapter, "_direct", False)
+    assert _adapter.c_launch(ck) is None                     # off: never the private launch
+    monkeypatch.setattr(_adapter, "_direct", True)
+    launch, coop, pdl, scratch = _adapter.c_launch(ck)
+    assert launch is ck.run.launch and (coop, pdl, scratch) == (False, False, 0)
+    assert _adapter.c_launch(_compiled(_OtherLauncher(calls))) is None
+    ck.run.profile_scratch_size = 8                          # profiling scratch: Triton's launcher
+    assert _adapter.c_launch(ck) is None
+
+
+def test_fastkernel_launches_through_the_public_path_when_direct_launches_are_off(monkeypatch):
+    def kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
+        pass
+
+    class JIT:
+        fn = kernel
+
+    calls, slow = [], []
+    fk = fastlaunch.FastKernel(JIT, {"BLOCK": 64}, 4, 3)
+    fk.direct = True
+    ck = _compiled(_KnownLauncher(calls))
+    fk._slow = lambda grid, args: slow.append(args) or ck
+    a, b, c = (torch.empty(4) for _ in range(3))
+    monkeypatch.setattr(fastlaunch, "current_stream", lambda: 7)
+    for direct, want_slow, want_run in ((False, 3, 0), (True, 3, 2)):
+        monkeypatch.setattr(_adapter, "_direct", direct)
+        fk.cache.clear()
+        slow.clear()
+        calls.clear()
+        for _ in range(3):
+            fk((2,), a, b, c, 17, 1.5)
+        assert len(slow) == (want_slow if not direct else 1)
+        assert calls.count(("python",)) == want_run
+    assert calls[-1] == ("C", 2, 1, 1, 7, "fn", False, False, None, None, "meta", None, None, None,
+                         a, b, c, 17, 64, 1.5)
+    assert fastlaunch.replay(lambda *x, **k: None, a, b, c, alpha=1.0) is None     # not replayable
+
+
+def test_torch_helpers_match_public_torch():
+    t = torch.empty(4, 4)
+    assert not _adapter.internal_overlap(t)
+    assert _adapter.internal_overlap(torch.empty(4).expand(3, 4))
+    assert _adapter.internal_overlap(torch.empty(10).as_strided((3, 3), (0, 1)))
+    v = _adapter.version_counter(t)
+    t.add_(1)
+    assert _adapter.version_counter(t) == v + 1
+    ref = _adapter.storage_weakref(t)
+    assert not ref.expired()
+    del t
+    assert ref.expired()
+
+
+def test_numba_maker_is_there_or_cleanly_absent():
+    tiledmm._backend.numba_cuda()
+    make = _adapter.numba_array_maker(0)
+    assert make is None or callable(make)
+
+
+@pytest.mark.gpu
+def test_gpu_self_test_passes_on_the_checked_triton(monkeypatch):
+    """On the GPU image (Triton 3.6): the probe kernel's three launches agree and direct launches are on."""
+    import triton
+    if triton.__version__ not in _adapter.TRITON_CHECKED:
+        pytest.skip(f"Triton {triton.__version__} is not a checked version")
+    assert _adapter._self_test() == ""
+    assert _adapter.triton_direct()
+    stream = _adapter.raw_stream(torch.cuda.current_device())
+    assert stream == torch.cuda.current_stream().cuda_stream
+    assert _adapter.device_getter()() == torch.cuda.current_device()

@@ -1,0 +1,202 @@
+"""The Triton family's short path keyed by shape class (kernels/block/shortpath.py and
+fastlaunch.ClassLaunch): a new M, N or K of a seen class launches the compiled kernel with its
+sizes, strides and grid computed per call -- no dispatcher, no variant Python."""
+import functools
+
+import pytest
+import torch
+
+import tiledmm
+from tiledmm import _adapter
+from tiledmm.kernels.block import fastlaunch, shortpath
+from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import variants as V
+
+
+CFG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
+
+
+class _Launcher:                          # Triton 3.6's CudaLauncher body (a stand-in: records the C call)
+    launch_cooperative_grid, launch_pdl = False, False
+    num_ctas, global_scratch_align, global_scratch_size, profile_scratch_size = 1, 128, 0, 0
+
+    def __init__(self, calls, scratch=0):
+        self.calls, self.global_scratch_size = calls, scratch
+        self.launch = lambda *args: calls.append(args)
+
+    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
+        global_scratch = None
+        profile_scratch = None
+        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
+                    global_scratch, profile_scratch, *args)
+
+
+@pytest.fixture
+def standin(monkeypatch):
+    """The variants' FastKernels as on a GPU, with a stand-in compiled kernel per specialisation:
+    returns (C launches recorded, compilations made)."""
+    calls, compiled = [], []
+
+    def slow(self, grid, args):
+        class Compiled:
+            function, packed_metadata = f"fn{len(compiled)}", "meta"
+            run = _Launcher(calls, 64 if "NUM_SMS" in self.meta else 0)
+        compiled.append(tuple(map(fastlaunch._arg_key, args)))
+        return Compiled()
+    monkeypatch.setattr(fastlaunch, "emulating", lambda: False)
+    monkeypatch.setattr(fastlaunch.FastKernel, "_slow", slow)
+    monkeypatch.setattr(fastlaunch, "current_stream", lambda: 9)
+    monkeypatch.setattr(fastlaunch, "_scratch", lambda n: torch.empty(n, dtype=torch.int8))
+    monkeypatch.setattr(_adapter, "_direct", True)
+    V._fast.cache_clear()
+    yield calls, compiled
+    V._fast.cache_clear()
+
+
+def _variant(launch, precision="ieee", config=CFG):
+    fn = functools.partial(launch, precision=precision, config=config)
+    fn.replayable = True
+    return fn
+
+
+def _operands(M, K, N, batch=None, dtype=torch.float32):
+    pre = (batch,) if batch else ()
+    return (torch.randn(*pre, M, K, dtype=dtype), torch.randn(*pre, K, N, dtype=dtype),
+            torch.empty(*pre, M, N, dtype=dtype))
+
+
+@pytest.mark.parametrize("launch,batch", [(V._blocked_launch, None), (V._blocked_launch, 3), (V._tma_launch, None)])
+def test_class_launch_passes_what_the_variant_itself_would(standin, launch, batch):
+    """Bound on one call, the class launch's C call for a new M (and N, K) of the class equals the
+    variant's own launch of that call, argument for argument, grid included."""
+    calls, compiled = standin
+    fn = _variant(launch)
+    a, b, c = _operands(40, 24, 72, batch)
+    cls, exact = fastlaunch.bind(fn, a, b, c, 1.0, 0.0)
+    assert cls is not None and exact is None and len(compiled) == 1
+    for M, K, N in ((56, 20, 68), (200, 26, 90), (33, 18, 66)):   # same specialisation: no multiple of 16
+        a2, b2, c2 = _operands(M, K, N, batch)
+        fn(a2, b2, c2, alpha=1.0, beta=0.0)        # (batch strides M*K...: maybe a new specialisation)
+        calls.clear()
+        fn(a2, b2, c2, alpha=1.0, beta=0.0)                          # the variant's own (direct) launch
+        own = [x for x in calls]
+        calls.clear()
+        assert cls(9, fastlaunch._env(a2, b2, c2, 1.0, 0.0)) is True
+        mine = list(calls)
+        assert len(own) == len(mine) == 1
+        o, m = list(own[0]), list(mine[0])
+        if launch is V._tma_launch:     # global scratch: Triton's launcher allocates it (the stand-in's does
+            assert m[7] is not None     # not), the class launch passes its kept buffer
+            o[7] = m[7] = "scratch"
+        assert [v.data_ptr() if hasattr(v, "data_ptr") else v for v in o] == m, (M, K, N)
+    if not batch:                                  # 2-D: no size or stride here is 1 or a multiple of 16
+        assert len(compiled) == 1                  # one compiled kernel served them all
+
+
+def test_a_new_specialisation_is_compiled_by_the_variant_then_bound(standin):
+    calls, compiled = standin
+    fn = _variant(V._blocked_launch)
+    a, b, c = _operands(40, 24, 72)
+    cls, _ = fastlaunch.bind(fn, a, b, c, 1.0, 0.0)
+    a2, b2, c2 = _operands(48, 24, 72)            # M % 16 == 0: Triton specialises on it
+    calls.clear()
+    assert cls(9, fastlaunch._env(a2, b2, c2, 1.0, 0.0)) is False and calls == []      # not compiled: nothing launched
+    fn(a2, b2, c2, alpha=1.0, beta=0.0)
+    assert len(compiled) == 2
+    calls.clear()
+    assert cls(9, fastlaunch._env(a2, b2, c2, 1.0, 0.0)) is True and calls[0][4] == "fn1"
+
+
+def test_a_kernel_with_other_parameters_is_bound_per_signature(standin):
+    calls, _ = standin
+
+    def kernel(a_ptr, b_ptr, c_ptr, M, N, K, lda, BLOCK_M: "constexpr", BLOCK_N: "constexpr"):  # noqa: F821
+        pass
+
+    class JIT:
+        fn = kernel
+
+    fk = fastlaunch.FastKernel(JIT, {"BLOCK_M": 32, "BLOCK_N": 32}, 4, 3)
+
+    def variant(x, y, z, *, alpha, beta):
+        fk((2,), x, y, z, 40, 72, 24, x.stride(0))
+    variant.replayable = True
+    a, b, c = _operands(40, 24, 72)
+    cls, exact = fastlaunch.bind(variant, a, b, c, 1.0, 0.0)
+    assert cls is None and exact is not None          # 'lda' is no name the class launch knows
+
+
+def test_a_new_m_of_a_seen_class_takes_the_short_path_without_the_dispatcher(standin, monkeypatch):
+    """TorchPlan (the plan tiledmm.matmul calls first): the dispatcher resolves once per class;
+    new M of the class -- and new tensors -- launch through the class launch."""
+    calls, compiled = standin
+    resolutions = []
+
+    def resolved(a, b, c, precision, alpha, beta):
+        resolutions.append(a.shape)
+        return _variant(V._blocked_launch)
+    monkeypatch.setattr(bm, "resolved", resolved)
+    a, _, _ = _operands(40, 24, 72)
+    plan = shortpath.TorchPlan(a, None)
+    plan.current = lambda: None                        # CPU tensors stand in for one device's
+    plan.stream = lambda index: 9
+    for M in (40, 56, 63, 41, 57):                     # one class: 32 <= M < 64, no multiple of 16
+        a, b, _ = _operands(M, 24, 72)
+        calls.clear()
+        c = plan(a, b, None, 1, 0.0)
+        assert c.shape == (M, 72)
+        if M != 40:                                    # (the first call compiled: Triton's own launch)
+            assert len(calls) == 1 and calls[0][16] == M and calls[0][13] == a.data_ptr(), M
+    assert len(resolutions) == 1 and len(compiled) == 1
+    a, b, _ = _operands(72, 24, 72)                    # another class: resolved again
+    plan(a, b, None, 1.0, 0.0)
+    assert len(resolutions) == 2
+    out = torch.empty(72, 72)
+    plan(a, b, out, 2.0, 0.5)                          # alpha != 1, beta != 0: another key
+    assert len(resolutions) == 3
+    assert plan(a, b, None, 1.0, 0.5) is None          # beta without out: the full path's error
+    assert plan(a, b.double(), None, 1.0, 0.0) is None
+
+
+def test_class_keys_carry_the_device_and_the_layout():
+    a, b, c = _operands(40, 24, 72)
+    key = functools.partial(shortpath._class_key, sa=a.shape, sb=b.shape, st_a=a.stride(), st_b=b.stride(),
+                            pa=0, pb=16, pc=32, m=4, alpha=1.0, beta=0.0)
+    base = key(0, st_c=c.stride())
+    assert base != key(1, st_c=c.stride())                             # another device
+    assert base != key(0, st_c=(1, 40))                                # a column-major out
+    assert base == key(0, st_c=(76, 1))            # a padded out, rows 16-byte aligned as before: one class
+    assert base != key(0, st_c=(74, 1))            # rows no longer 16-byte aligned
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_new_m_in_a_seen_class_is_right_and_unplanned(dtype, monkeypatch):
+    """Through tiledmm.matmul on the GPU: M drawn within one class resolves once, and every result
+    matches float64."""
+    from tiledmm import api
+    monkeypatch.setattr(api, "_fast_plans", {})           # no plan from an earlier test
+    seen = []
+    real = bm.resolved
+    monkeypatch.setattr(bm, "resolved", lambda *a: seen.append(a[0].shape) or real(*a))
+    w = torch.randn(512, 384, device="cuda", dtype=dtype)
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    for M in (600, 700, 513, 1000, 777, 1023, 514):
+        x = torch.randn(M, 512, device="cuda", dtype=dtype)
+        y = tiledmm.matmul(x, w)
+        ref = x.double() @ w.double()
+        assert ((y.double() - ref).norm() / ref.norm()).item() < tol, M
+    assert len(seen) == 1
+
+
+def test_without_a_c_launch_the_bind_is_per_signature_through_tritons_launcher(standin, monkeypatch):
+    """A launcher whose body tiledmm does not know: no class launch; the exact-signature launch goes
+    through Triton's Python launcher (CompiledKernel.run)."""
+    calls, _ = standin
+    monkeypatch.setattr(_adapter, "c_launch", lambda ck, checked=True: None)
+    a, b, c = _operands(40, 24, 72)
+    cls, exact = fastlaunch.bind(_variant(V._blocked_launch), a, b, c, 1.0, 0.0)
+    assert cls is None and exact is not None
+    calls.clear()
+    exact(9, a.data_ptr(), b.data_ptr(), c.data_ptr())
+    assert len(calls) == 1 and calls[0][3] == 9 and calls[0][13] == a.data_ptr()
