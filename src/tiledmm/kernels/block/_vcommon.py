@@ -41,25 +41,26 @@ def index_of(t) -> int | None:
 
 
 def _index(index: int | None) -> int:
+    if index is not None:
+        return index
+    if emulating():
+        return 0
     import torch
-    return torch.cuda.current_device() if index is None else index
+    return torch.cuda.current_device()
 
 
-@functools.lru_cache(maxsize=None)
 def _props(index: int):
-    """torch's properties of device ``index``, read once per index (a stand-in for
-    ``tiledmm.analysis.device.properties``)."""
-    import torch
-    return torch.cuda.get_device_properties(index)
+    """Device ``index``'s properties (``tiledmm.analysis.device.properties``: read once per
+    index; emulation describes a small GPU; tests may install fakes)."""
+    from ...analysis.device import properties
+    return properties(index)
 
 
 def num_sms(index: int | None = None) -> int:
     """SMs the kernels plan for on device ``index`` (None: the current one) (persistent grids,
     the model): the device's, less ``TILEDMM_SM_MARGIN`` -- SMs left to kernels that run beside
     tiledmm's (NCCL's, when tiledmm.distributed overlaps communication with the local products)."""
-    if emulating():
-        return 4   # the interpreter stands in for a small GPU
-    return max(1, _props(_index(index)).multi_processor_count - _sm_margin())
+    return max(1, _props(_index(index)).num_sms - _sm_margin())
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,20 +74,12 @@ def _sm_margin() -> int:
 def smem_limit(index: int | None = None) -> int:
     """Shared memory one block may opt in to on device ``index`` (232,448 bytes on the H100),
     less barrier slack."""
-    if emulating():
-        return 1 << 30
-    return getattr(_props(_index(index)), "shared_memory_per_block_optin", 232448) - 1024
+    return _props(_index(index)).smem_per_block_optin - 1024
 
 
 def capability(index: int | None = None) -> tuple:
     """Compute capability of device ``index``; (0, 0) in emulation or without CUDA."""
-    if emulating():
-        return (0, 0)
-    import torch
-    if not torch.cuda.is_available():
-        return (0, 0)
-    p = _props(_index(index))
-    return (p.major, p.minor)
+    return tuple(_props(_index(index)).capability)
 
 
 def device(index: int | None = None) -> Device:

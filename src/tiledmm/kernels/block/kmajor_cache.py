@@ -78,7 +78,7 @@ def heuristic(M: int, N: int, K: int, kind: str) -> dict:
 def applicable(a, b, c, precision, alpha=1.0, beta=0.0) -> bool:
     """tf32 on Hopper, 2-D, A and C row-major, B row-major (a K-major B goes to tma-persistent
     directly) with K a multiple of 4 (the copy's rows, K * 4 bytes, 16-byte aligned)."""
-    if kind_of(precision) != "tf32" or V.emulating() or V.capability()[0] < 9:
+    if kind_of(precision) != "tf32" or not V.hopper(a):
         return False
     if a.dim() != 2 or b.dim() != 2 or c.dim() != 2 or not (a.dtype == b.dtype == c.dtype):
         return False
