@@ -188,7 +188,7 @@ def test_plan_cached_forced_blocks_and_phases():
 def test_panel_chunks_do_not_wait_for_their_own_panel(monkeypatch):
     # one resident panel (n_j = 1) loaded K-chunk by K-chunk: no chunk waits for the GEMMs reading the
     # panel's earlier chunks (only a different panel's GEMMs free a panel slot)
-    from tiledmm import outofcore as ooc
+    from tiledmm.outofcore import runner as ooc
     waits, runs = [], []
     orig_wait, orig_exec = ooc._Run._wait_slot, ooc._Run.execute
 
