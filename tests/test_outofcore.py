@@ -256,6 +256,10 @@ def test_bad_input_and_too_small_budget():
         matmul_out_of_core(a, b.double(), c, gemm=torch_gemm)
     with pytest.raises(tiledmm.TiledmmError, match="CPU torch tensor"):
         matmul_out_of_core(a.numpy(), b, c, gemm=torch_gemm)
+    with pytest.raises(tiledmm.TiledmmError, match="CPU torch tensor"):
+        warm_out_of_core(a.numpy(), b, c, gemm=torch_gemm)
+    with pytest.raises(tiledmm.TiledmmError, match="do not chain"):
+        warm_out_of_core(a, b.t(), c, gemm=torch_gemm)
 
 
 def test_gemm_error_propagates_and_threads_end():

@@ -39,23 +39,8 @@ def _host_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 
-def matmul_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alpha: float = 1.0,
-                       beta: float = 0.0, max_device_bytes: Optional[int] = None, gemm: Optional[Gemm] = None,
-                       progress: Optional[Callable[[int, int], object]] = None, stats: Optional[dict] = None,
-                       acc_dtype: Optional[torch.dtype] = None, device=None, host_threads: Optional[int] = None,
-                       piece_bytes: int = 32 * MiB, plan: Optional[Plan] = None, rates: Optional[dict] = None) -> None:
-    """c = alpha * a @ b + beta * c for CPU tensors, on the GPU in blocks that fit its memory.
-
-    a (M x K), b (K x N), c (M x N): CPU torch tensors, any strides (c is written in place).
-    gemm(a_dev, b_dev, c_dev, alpha, beta): the device GEMM, in place on c_dev; default
-        ``tiledmm_gemm()`` (tiledmm's default kernel).
-    max_device_bytes: device budget for tiles (default: free memory less a reserve); the
-        GEMM's own workspace is outside it.
-    acc_dtype: dtype of the device C blocks (e.g. float32 for bfloat16 c when K is split,
-        so partial sums are not rounded to bfloat16; the gemm must accept it).
-    progress(done, total): GEMM calls finished so far.
-    stats: filled with the plan, bytes moved and per-stream busy/idle times (CUDA events).
-    """
+def _check(a, b, c) -> tuple:
+    """(M, K, N) of a product the out-of-core path takes, else a TiledmmError naming what is wrong."""
     for name, x in (("a", a), ("b", b), ("c", c)):
         if not isinstance(x, torch.Tensor) or x.device.type != "cpu" or x.dim() != 2:
             raise TiledmmError(f"out-of-core: {name} must be a 2-D CPU torch tensor; got "
@@ -67,6 +52,47 @@ def matmul_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alp
         raise TiledmmError(f"out-of-core: a is {a.dtype}, b is {b.dtype}; give both the same dtype")
     if not (a.dtype.is_floating_point and c.dtype.is_floating_point):
         raise TiledmmError(f"out-of-core: floating-point operands only; got a {a.dtype}, c {c.dtype}")
+    return M, K, N
+
+
+def _setup(a, b, c, beta, max_device_bytes, acc_dtype, device, plan, rates, phases: dict) -> tuple:
+    """(device, 2-D copies usable, accumulator dtype, plan, a, b, c): the plan given, else planned for
+    these operands (which of them can go straight to the GPU), and a, b, c in the plan's orientation
+    (C^T = B^T A^T when transposed). Host seconds go into ``phases`` (setup_s, plan_s)."""
+    t0 = time.perf_counter()
+    dev = resolve_device(device)
+    two_d = has_memcpy2d(dev)
+    acc = acc_dtype or c.dtype
+    direct = tuple(Operand(x, dev, two_d).direct for x in (a, b, c))
+    t1 = time.perf_counter()
+    if plan is None:
+        (M, K), N = a.shape, b.shape[1]
+        plan = plan_out_of_core(M, N, K, a.dtype, c_dtype=c.dtype, acc_dtype=acc, beta_nonzero=beta != 0,
+                                max_device_bytes=max_device_bytes, direct=direct, device=dev.device, rates=rates)
+    phases.update(setup_s=t1 - t0, plan_s=time.perf_counter() - t1)
+    if plan.transposed:
+        a, b, c = b.t(), a.t(), c.t()
+    return dev, two_d, acc, plan, a, b, c
+
+
+def matmul_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alpha: float = 1.0,
+                       beta: float = 0.0, max_device_bytes: Optional[int] = None, gemm: Optional[Gemm] = None,
+                       progress: Optional[Callable[[int, int], object]] = None, stats: Optional[dict] = None,
+                       acc_dtype: Optional[torch.dtype] = None, device=None, host_threads: Optional[int] = None,
+                       piece_bytes: int = 32 * MiB, plan: Optional[Plan] = None, rates: Optional[dict] = None) -> None:
+    """c = alpha * a @ b + beta * c for CPU tensors, on the GPU in blocks that fit its memory.
+
+    a (M x K), b (K x N), c (M x N): CPU torch tensors, any strides (c is written in place).
+    gemm(a_dev, b_dev, c_dev, alpha, beta): the device GEMM, in place on c_dev; default
+        ``tiledmm_gemm()`` (the Triton block kernel).
+    max_device_bytes: device budget for tiles (default: free memory less a reserve); the
+        GEMM's own workspace is outside it.
+    acc_dtype: dtype of the device C blocks (e.g. float32 for bfloat16 c when K is split,
+        so partial sums are not rounded to bfloat16; the gemm must accept it).
+    progress(done, total): GEMM calls finished so far.
+    stats: filled with the plan, bytes moved and per-stream busy/idle times (CUDA events).
+    """
+    M, K, N = _check(a, b, c)
     t_start = time.perf_counter()
     if M == 0 or N == 0:
         return
@@ -76,23 +102,12 @@ def matmul_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alp
         elif beta != 1:
             c.mul_(beta)
         return
-    dev = resolve_device(device)
-    two_d = has_memcpy2d(dev)
-    acc = acc_dtype or c.dtype
-    ops = [Operand(x, dev, two_d) for x in (a, b, c)]
-    t_setup = time.perf_counter()
-    if plan is None:
-        plan = plan_out_of_core(M, N, K, a.dtype, c_dtype=c.dtype, acc_dtype=acc, beta_nonzero=beta != 0,
-                                max_device_bytes=max_device_bytes, direct=tuple(o.direct for o in ops),
-                                device=dev.device, rates=rates)
-    t_plan = time.perf_counter()
-    if plan.transposed:
-        a, b, c = b.t(), a.t(), c.t()
+    phases: dict = {}
+    dev, two_d, acc, plan, a, b, c = _setup(a, b, c, beta, max_device_bytes, acc_dtype, device, plan, rates, phases)
     gemm = gemm or tiledmm_gemm()
     threads = host_threads or max(1, min(8, (os.cpu_count() or 2)))
     run = _Run(plan, a, b, c, float(alpha), float(beta), gemm, dev, two_d, acc, threads, piece_bytes, progress)
-    run.phases["setup_s"] = t_setup - t_start
-    run.phases["plan_s"] = t_plan - t_setup
+    run.phases.update(phases)
     run.execute()
     if stats is not None:
         stats.update(run.stats(time.perf_counter() - t_start))
@@ -104,18 +119,10 @@ def warm_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alpha
                      rates: Optional[dict] = None) -> Plan:
     """Plan as ``matmul_out_of_core`` would with the same arguments, and run the GEMM callback once on
     every distinct block shape of that plan (device tiles of random numbers, nothing copied), so that
-    first-call costs (compilation, autotuning) stay out of the product itself. Returns the plan."""
-    dev = resolve_device(device)
-    two_d = has_memcpy2d(dev)
-    acc = acc_dtype or c.dtype
-    (M, K), N = a.shape, b.shape[1]
-    ops = [Operand(x, dev, two_d) for x in (a, b, c)]
-    if plan is None:
-        plan = plan_out_of_core(M, N, K, a.dtype, c_dtype=c.dtype, acc_dtype=acc, beta_nonzero=beta != 0,
-                                max_device_bytes=max_device_bytes, direct=tuple(o.direct for o in ops),
-                                device=dev.device, rates=rates)
-    if plan.transposed:
-        a, b, c = b.t(), a.t(), c.t()
+    first-call costs (compilation; tuning under TILEDMM_TUNE=on) stay out of the product itself.
+    Returns the plan."""
+    _check(a, b, c)
+    dev, two_d, acc, plan, a, b, c = _setup(a, b, c, beta, max_device_bytes, acc_dtype, device, plan, rates, {})
     gemm = gemm or tiledmm_gemm()
     run = _Run(plan, a, b, c, float(alpha), float(beta), gemm, dev, two_d, acc, 1, 32 * MiB, None)
     run._build()
