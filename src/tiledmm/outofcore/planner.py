@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Optional
 
 import numpy as np
@@ -97,13 +98,33 @@ def _sizes(d: int) -> list[int]:
 def _orient_plans(M, N, K, esz, csz, accsz, acc_differs, beta_nz, a_direct, b_direct, c_direct, budget, rates,
                   transposed, only=None):
     """The best plan of one orientation: every (bm, bn, bk, resident) evaluated at once (numpy)."""
-    gemm_rate, h2d, d2h, host = rates["gemm"], rates["h2d"], rates["d2h"], rates["host"]
-    hbm, call = rates.get("hbm", _RATES["hbm"]), rates.get("call", _RATES["call"])
+    sizes = ([min(only[0], M)], [min(only[1], N)], [min(only[2], K)]) if only else (_sizes(M), _sizes(N), _sizes(K))
+    g = _candidates(M, N, K, sizes, esz, csz, accsz, acc_differs, beta_nz, (a_direct, b_direct, c_direct), budget)
+    est = _seconds(g, M, N, K, esz, csz, beta_nz, (a_direct, b_direct, c_direct), rates)
+    # a 16-bit accumulator rounds every partial sum: split K only when nothing else fits
+    bad16 = g.split & (accsz < 4)
+    score = np.where(g.ok, est + np.where(bad16, 1e9, 0.0) + g.steps * 1e-9, np.inf)
+    score, est, dev, dsz, cast, h2d_b, d2h_b, staged, ring = np.broadcast_arrays(
+        score, est, g.dev, g.dsz, g.cast, g.h2d_b, g.d2h_b, g.staged, g.ring)
+    idx = np.unravel_index(int(np.argmin(score)), score.shape)
+    if not np.isfinite(score[idx]):
+        return None
+    i, j, k, r = idx
+    BM, BN, BK = int(g.bm[i, 0, 0, 0]), int(g.bn[0, j, 0, 0]), int(g.bk[0, 0, k, 0])
+    p = Plan(transposed, BM, BN, BK, bool(g.res[0, 0, 0, r]), -(-M // BM), -(-N // BN), -(-K // BK),
+             int(ring[idx]), int(dev[idx]), int(h2d_b[idx]), int(d2h_b[idx]), int(staged[idx]), float(est[idx]),
+             int(budget), dict(rates), int(dsz[idx]), bool(cast[idx]))
+    p._score = float(score[idx])
+    return p
+
+
+def _candidates(M, N, K, sizes, esz, csz, accsz, acc_differs, beta_nz, direct, budget) -> SimpleNamespace:
+    """Every candidate's geometry as broadcastable arrays over (bm, bn, bk, resident): block counts,
+    device bytes and whether they fit, bytes each way and bytes through host staging."""
     f = np.float64
-    sm, sn, sk = ([min(only[0], M)], [min(only[1], N)], [min(only[2], K)]) if only else (_sizes(M), _sizes(N), _sizes(K))
-    bm = np.array(sm, f)[:, None, None, None]
-    bn = np.array(sn, f)[None, :, None, None]
-    bk = np.array(sk, f)[None, None, :, None]
+    bm = np.array(sizes[0], f)[:, None, None, None]
+    bn = np.array(sizes[1], f)[None, :, None, None]
+    bk = np.array(sizes[2], f)[None, None, :, None]
     res = np.array([True, False])[None, None, None, :]
     n_i, n_j, n_k = np.ceil(M / bm), np.ceil(N / bn), np.ceil(K / bk)
     steps = n_i * n_j * n_k
@@ -123,10 +144,21 @@ def _orient_plans(M, N, K, esz, csz, accsz, acc_differs, beta_nz, a_direct, b_di
     a_traffic = M * K * esz * np.where(one_a, 1, n_j)
     b_traffic = np.where(res, K * N * esz, K * N * esz * n_i)
     c_in = M * N * csz if beta_nz else 0
-    h2d_b = a_traffic + b_traffic + c_in
     d2h_b = M * N * csz + 0 * bm
+    a_direct, b_direct, c_direct = direct
     staged = (0 if a_direct else a_traffic) + (0 if b_direct else b_traffic) + (0 if c_direct else c_in + d2h_b)
-    flops = 2.0 * M * N * K
+    return SimpleNamespace(bm=bm, bn=bn, bk=bk, res=res, n_i=n_i, n_j=n_j, n_k=n_k, steps=steps, one_a=one_a,
+                           split=split, dsz=dsz, cast=cast, ring=ring, dev=dev, ok=ok,
+                           h2d_b=a_traffic + b_traffic + c_in, d2h_b=d2h_b, staged=staged)
+
+
+def _seconds(g: SimpleNamespace, M, N, K, esz, csz, beta_nz, direct, rates) -> np.ndarray:
+    """The model's time of every candidate: first load + max(GEMM, copy) + a tenth of the smaller +
+    last store + the part of each resident panel's load its column's GEMMs cannot cover."""
+    gemm_rate, h2d, d2h, host = rates["gemm"], rates["h2d"], rates["d2h"], rates["host"]
+    hbm, call = rates.get("hbm", _RATES["hbm"]), rates.get("call", _RATES["call"])
+    a_direct, b_direct, c_direct = direct
+    bm, bn, bk, n_i, n_j, n_k, dsz = g.bm, g.bn, g.bk, g.n_i, g.n_j, g.n_k, g.dsz
     # GEMM efficiency: partial tiles / waves along M and N, prologue and epilogue along K
     eff = (bm / (bm + 64)) * (bn / (bn + 64)) * (bk / (bk + 256))
     rate = gemm_rate * eff
@@ -134,40 +166,24 @@ def _orient_plans(M, N, K, esz, csz, accsz, acc_differs, beta_nz, a_direct, b_di
     # every GEMM after a block's first reads and writes its C block (beta = 1), and a cast reads and writes once
     t_step = np.maximum(2.0 * bm * bn * bk / rate, (bm * bk + bk * bn) * esz / hbm)
     c_rw = n_i * n_j * ((n_k + (1 if beta_nz else 0)) * bm * bn * dsz + (n_k - 1) * bm * bn * dsz
-                        + np.where(cast, bm * bn * (dsz + csz), 0))
-    t_gemm = steps * (t_step + call) + c_rw / hbm
-    t_copy = np.maximum(np.maximum(h2d_b / h2d, d2h_b / d2h), staged / host)
+                        + np.where(g.cast, bm * bn * (dsz + csz), 0))
+    t_gemm = g.steps * (t_step + call) + c_rw / hbm
+    t_copy = np.maximum(np.maximum(g.h2d_b / h2d, g.d2h_b / d2h), g.staged / host)
     rate_a = h2d if a_direct else min(h2d, host)
     rate_b = h2d if b_direct else min(h2d, host)
-    first_b = np.where(res, bk * bn * esz, bk * bn * esz)
-    start = bm * bk * esz / rate_a + first_b / rate_b + ((bm * bn * csz / (h2d if c_direct else min(h2d, host)))
-                                                           if beta_nz else 0.0)
+    start = bm * bk * esz / rate_a + bk * bn * esz / rate_b + ((bm * bn * csz / (h2d if c_direct else min(h2d, host)))
+                                                               if beta_nz else 0.0)
     tail = bm * bn * csz / d2h + (0.0 if c_direct else bm * bn * csz / host)
     # a resident panel must arrive while the GEMMs before it run: panel 0 during the first row of C
     # blocks (chunk by chunk), panel j during column j-1
     panel_s = K * bn * esz / rate_b
     row_gemm = 2.0 * bm * bn * K / rate
-    expose0 = np.where(split, np.maximum(0.0, panel_s + bm * K * esz / rate_a - row_gemm), 0.0)
-    col_copy = panel_s + np.where(one_a, 0.0, M * K * esz / rate_a)
+    expose0 = np.where(g.split, np.maximum(0.0, panel_s + bm * K * esz / rate_a - row_gemm), 0.0)
+    col_copy = panel_s + np.where(g.one_a, 0.0, M * K * esz / rate_a)
     expose_j = (n_j - 1) * np.maximum(0.0, col_copy - 2.0 * M * bn * K / rate)
-    expose = np.where(res, expose0 + expose_j, 0.0)
+    expose = np.where(g.res, expose0 + expose_j, 0.0)
     # copies hide behind GEMMs only partly in practice: charge a tenth of the smaller
-    est = start + np.maximum(t_gemm, t_copy) + 0.1 * np.minimum(t_gemm, t_copy) + tail + expose
-    # a 16-bit accumulator rounds every partial sum: split K only when nothing else fits
-    bad16 = split & (accsz < 4)
-    score = np.where(ok, est + np.where(bad16, 1e9, 0.0) + steps * 1e-9, np.inf)
-    score, est, dev, dsz, cast, h2d_b, d2h_b, staged, ring, steps = np.broadcast_arrays(
-        score, est, dev, dsz, cast, h2d_b, d2h_b, staged, ring, steps)
-    idx = np.unravel_index(int(np.argmin(score)), score.shape)
-    if not np.isfinite(score[idx]):
-        return None
-    i, j, k, r = idx
-    BM, BN, BK = int(bm[i, 0, 0, 0]), int(bn[0, j, 0, 0]), int(bk[0, 0, k, 0])
-    p = Plan(transposed, BM, BN, BK, bool(res[0, 0, 0, r]), -(-M // BM), -(-N // BN), -(-K // BK),
-             int(ring[idx]), int(dev[idx]), int(h2d_b[idx]), int(d2h_b[idx]), int(staged[idx]), float(est[idx]),
-             int(budget), dict(rates), int(dsz[idx]), bool(cast[idx]))
-    p._score = float(score[idx])
-    return p
+    return start + np.maximum(t_gemm, t_copy) + 0.1 * np.minimum(t_gemm, t_copy) + tail + expose
 
 
 def _min_bytes(esz: int, accsz: int) -> int:
