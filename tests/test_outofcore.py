@@ -155,6 +155,9 @@ def test_tiledmm_gemm_with_a_kernel_without_epilogue():
     c = c0.clone()
     matmul_out_of_core(a, b, c, alpha=2.0, beta=-1.0, max_device_bytes=1500, gemm=tiledmm_gemm("tiled"))
     assert _rel(c, 2.0 * (a.double() @ b.double()) - c0.double()) < 1e-12
+    c = torch.full_like(c0, float("nan"))                # alpha = 1, beta = 0: straight into the blocks
+    matmul_out_of_core(a, b, c, max_device_bytes=1500, gemm=tiledmm_gemm("tiled"))
+    assert _rel(c, a.double() @ b.double()) < 1e-12
 
 
 def test_max_device_bytes_through_the_api_runs_out_of_core(ooc_runs, rng):

@@ -45,13 +45,15 @@ def tiledmm_gemm(kernel: Optional[str] = None, **options) -> Gemm:
     as tiledmm.matmul's default picks: no timing unless TILEDMM_TUNE=on) with ``options`` (e.g.
     ``variant=``, ``precision=``). ``c`` may be wider than a and b (float32 for 16-bit inputs: the
     accumulator). Kernels without their own alpha/beta (the SIMT ones) compute a @ b into a
-    temporary and the shared epilogue combines. The kernel and options are checked at first call."""
+    temporary and the shared epilogue combines (straight into c when alpha = 1, beta = 0 and c has
+    a's dtype). The kernel and options are checked at first call."""
     specs: dict = {}
 
     def spec_for(dtype: torch.dtype):
         name = str(dtype).replace("torch.", "")
         spec = specs.get(name)
         if spec is None:
+            emulating = _backend.emulating()       # decided before a kernel family (Triton) is imported
             spec = registry.get(kernel or DEFAULT_KERNEL)
             unknown = set(options) - set(spec.options)
             if unknown:
@@ -60,7 +62,7 @@ def tiledmm_gemm(kernel: Optional[str] = None, **options) -> Gemm:
             if name not in spec.dtypes:
                 raise TiledmmError(f"kernel {spec.name!r} supports dtypes {list(spec.dtypes)}, not {name}"
                                    + ("" if kernel else "; name a kernel for it (tiledmm_gemm('tiled'))"))
-            if _backend.emulating() and spec.emulation_limit is None:
+            if emulating and spec.emulation_limit is None:
                 raise TiledmmError(f"kernel {spec.name!r} needs a GPU; none is in use (emulation)")
             spec = specs[name] = (spec, spec.check_tile(None))
         return spec
@@ -69,6 +71,9 @@ def tiledmm_gemm(kernel: Optional[str] = None, **options) -> Gemm:
         spec, tile = spec_for(a.dtype)
         if spec.epilogue:
             spec.launch(a, b, c, tile=tile, opts=options, alpha=float(alpha), beta=float(beta))
+            return
+        if alpha == 1 and beta == 0 and c.dtype == a.dtype:
+            spec.launch(a, b, c, tile=tile, opts=options)
             return
         p = torch.empty(c.shape, dtype=a.dtype, device=a.device)
         spec.launch(a, b, p, tile=tile, opts=options)
