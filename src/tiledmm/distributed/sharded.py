@@ -125,14 +125,7 @@ def matmul_reducescatter(a_local: torch.Tensor, b_local: torch.Tensor, *, group=
                 _land(st, free[slot])
                 landed.append(free[slot])
             part = bufs[slot][:w * rows]
-            for d in range(w):
-                s0, s1 = block_range(m, w, d)
-                take = max(0, min(c1, s1 - s0) - c0)
-                if take > 0:
-                    _gemm_call(st, gemm, a_local[s0 + c0:s0 + c0 + take], b_local,
-                                      part[d * rows:d * rows + take], 1.0, 0.0, f"gemm dest {d} rows[{c0}:{c0 + take}]")
-                if take < rows:
-                    part[d * rows + take:(d + 1) * rows].zero_()
+            _partials(st, gemm, a_local, b_local, part, w, c0, c1)
             dst = out[c0:min(c1, r1 - r0)]
             tmp = dst if dst.shape[0] == rows and dst.is_contiguous() else \
                 torch.empty(rows, n, dtype=a_local.dtype, device=a_local.device)
@@ -181,3 +174,17 @@ def matmul_then_reducescatter(a_local, b_local, *, group=None, gemm=None, out=No
         out.copy_(tmp[:r1 - r0])
         st.finish(stats)
     return out
+
+
+def _partials(st, gemm, a_local, b_local, part, w: int, c0: int, c1: int) -> None:
+    """Chunk rows [c0, c1) of every destination rank's block of a_local @ b_local into ``part``
+    (w blocks of c1 - c0 rows; rows past a shorter block's end are zeros)."""
+    m, rows = a_local.shape[0], c1 - c0
+    for d in range(w):
+        s0, s1 = block_range(m, w, d)
+        take = max(0, min(c1, s1 - s0) - c0)
+        if take > 0:
+            _gemm_call(st, gemm, a_local[s0 + c0:s0 + c0 + take], b_local, part[d * rows:d * rows + take], 1.0, 0.0,
+                       f"gemm dest {d} rows[{c0}:{c0 + take}]")
+        if take < rows:
+            part[d * rows + take:(d + 1) * rows].zero_()

@@ -217,20 +217,7 @@ def plan_out_of_core(m: int, n: int, k: int, dtype: torch.dtype, *, c_dtype=None
     if budget < need:
         raise TiledmmError(f"out-of-core {m}x{k} @ {k}x{n}: a device budget of {budget:,} bytes cannot hold "
                            f"even 1x1 blocks; at least {need:,} bytes are needed (max_device_bytes)")
-    a_d, b_d, c_d = direct
-    differs = ad != cd
-    if blocks:
-        p1 = _orient_plans(m, n, k, esz, csz, accsz, differs, beta_nonzero, a_d, b_d, c_d, budget, r, False,
-                           only=tuple(int(x) for x in blocks))
-        p2 = None
-    else:
-        p1 = _orient_plans(m, n, k, esz, csz, accsz, differs, beta_nonzero, a_d, b_d, c_d, budget, r, False)
-        p2 = _orient_plans(n, m, k, esz, csz, accsz, differs, beta_nonzero, b_d, a_d, c_d, budget, r, True)
-    plans = [p for p in (p1, p2) if p is not None]
-    if not plans:
-        raise TiledmmError(f"out-of-core {m}x{k} @ {k}x{n}: no blocking fits a device budget of {budget:,} bytes"
-                           + (f" with blocks {blocks}" if blocks else ""))
-    best = min(plans, key=lambda p: p._score)
+    best = _best(m, n, k, esz, csz, accsz, ad != cd, beta_nonzero, direct, budget, r, blocks)
     if best.steps > 2_000_000:
         raise TiledmmError(f"out-of-core {m}x{k} @ {k}x{n}: a device budget of {budget:,} bytes forces "
                            f"{best.steps:,} GEMM calls of {best.bm}x{best.bn}x{best.bk}; give a larger "
@@ -244,6 +231,24 @@ def plan_out_of_core(m: int, n: int, k: int, dtype: torch.dtype, *, c_dtype=None
 
 _plan_cache: dict = {}
 _plan_lock = threading.Lock()
+
+
+def _best(m, n, k, esz, csz, accsz, differs, beta_nonzero, direct, budget, r, blocks) -> Plan:
+    """The better orientation's best plan (C = A B, or C^T = B^T A^T with A's and B's roles swapped);
+    only C = A B with the given blocks when ``blocks`` is set."""
+    a_d, b_d, c_d = direct
+    if blocks:
+        p1 = _orient_plans(m, n, k, esz, csz, accsz, differs, beta_nonzero, a_d, b_d, c_d, budget, r, False,
+                           only=tuple(int(x) for x in blocks))
+        p2 = None
+    else:
+        p1 = _orient_plans(m, n, k, esz, csz, accsz, differs, beta_nonzero, a_d, b_d, c_d, budget, r, False)
+        p2 = _orient_plans(n, m, k, esz, csz, accsz, differs, beta_nonzero, b_d, a_d, c_d, budget, r, True)
+    plans = [p for p in (p1, p2) if p is not None]
+    if not plans:
+        raise TiledmmError(f"out-of-core {m}x{k} @ {k}x{n}: no blocking fits a device budget of {budget:,} bytes"
+                           + (f" with blocks {blocks}" if blocks else ""))
+    return min(plans, key=lambda p: p._score)
 
 
 def _default_rates(dev: Device, esz: int) -> dict:
