@@ -42,8 +42,8 @@ def allgather_matmul(a_shard: torch.Tensor, b_local: torch.Tensor, m: Optional[i
         for c0, c1 in bounds:
             rows = c1 - c0
             buf = torch.empty(w * rows, kk, dtype=a_shard.dtype, device=a_shard.device)
-            handles.append((buf, _comm(st, f"allgather rows[{c0}:{c1}]",
-                                       lambda b=buf, x=a_shard[c0:c1], r=rows: _all_gather_into(b, _padded(x, r), group))))
+            gather = (lambda b=buf, x=a_shard[c0:c1], r=rows: _all_gather_into(b, _padded(x, r), group))
+            handles.append((buf, _comm(st, f"allgather rows[{c0}:{c1}]", gather)))
         if r1 > r0:
             _gemm_call(st, gemm, a_shard, b_local, out[r0:r1], 1.0, 0.0, "gemm own shard")
         for (c0, c1), (buf, h) in zip(bounds, handles):

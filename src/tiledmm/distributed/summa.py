@@ -42,10 +42,13 @@ def _panels(k: int, grid: Grid, panel: Optional[int]) -> list:
         step = panel or (hi - lo)
         for p0 in range(lo, hi, max(step, 1)):
             p1 = min(hi, p0 + step)
-            oc = next(c for c in range(grid.pc) if block_range(k, grid.pc, c)[0] <= p0 < block_range(k, grid.pc, c)[1])
-            orow = next(r for r in range(grid.pr) if block_range(k, grid.pr, r)[0] <= p0 < block_range(k, grid.pr, r)[1])
-            panels.append((p0, p1, oc, orow))
+            panels.append((p0, p1, _owner(k, grid.pc, p0), _owner(k, grid.pr, p0)))
     return panels
+
+
+def _owner(k: int, parts: int, x: int) -> int:
+    """The part of range(k) split into ``parts`` (block_range) that holds x."""
+    return next(i for i in range(parts) if block_range(k, parts, i)[0] <= x < block_range(k, parts, i)[1])
 
 
 class _Summa:
