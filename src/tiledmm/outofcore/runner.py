@@ -145,8 +145,6 @@ def warm_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alpha
     return plan
 
 
-
-
 class _Run:
     """One product in flight: the schedule, the staging pools, the drain thread, and what happened
     (per-stream intervals from events, bytes moved, host seconds) for ``stats``."""
