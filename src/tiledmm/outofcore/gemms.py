@@ -39,7 +39,6 @@ def torch_gemm(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, alpha: float, 
         c.mul_(beta).add_(p, alpha=alpha)
 
 
-
 def tiledmm_gemm(kernel: Optional[str] = None, **options) -> Gemm:
     """A callback running the registered kernel ``kernel`` (default: the Triton block kernel, picked
     as tiledmm.matmul's default picks: no timing unless TILEDMM_TUNE=on) with ``options`` (e.g.

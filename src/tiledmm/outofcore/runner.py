@@ -38,7 +38,6 @@ def _host_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
     np.copyto(_np_bytes(dst), _np_bytes(src), casting="no")
 
 
-
 def _check(a, b, c) -> tuple:
     """(M, K, N) of a product the out-of-core path takes, else a TiledmmError naming what is wrong."""
     for name, x in (("a", a), ("b", b), ("c", c)):
