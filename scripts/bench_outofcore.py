@@ -236,7 +236,8 @@ def first_call(args) -> list:
             f"{r['rel_err']:.1e}; Triton cache {r['triton_cache']}; CUDA context made before, in "
             f"{r['cuda_init_s']:.2f} s")
         for i, ph in enumerate(r["phases"][:2]):
-            log(f"  runner phases, call {i + 1}: " + ", ".join(f"{k} {v}" for k, v in ph.items()))
+            log(f"  runner phases, call {i + 1}: " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                                               for k, v in ph.items()))
         results.append(r)
     return results
 
