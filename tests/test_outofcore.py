@@ -147,6 +147,10 @@ def test_tiledmm_gemm_refuses_what_its_kernel_cannot_run():
         tiledmm_gemm("triton", colour="red")(a.float(), b.float(), c, 1.0, 0.0)
     with pytest.raises(tiledmm.TiledmmError, match="unknown kernel"):
         tiledmm_gemm("nosuch")(a.float(), b.float(), c, 1.0, 0.0)
+    if not GPU:                                        # a block too big for the simulator: refused, not run
+        big = torch.empty(512, 512)
+        with pytest.raises(tiledmm.TiledmmError, match="emulation limit"):
+            tiledmm_gemm()(big, big, torch.empty(512, 512), 1.0, 0.0)
 
 
 def test_tiledmm_gemm_with_a_kernel_without_epilogue():

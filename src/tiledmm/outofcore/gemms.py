@@ -63,11 +63,18 @@ def tiledmm_gemm(kernel: Optional[str] = None, **options) -> Gemm:
                                    + ("" if kernel else "; name a kernel for it (tiledmm_gemm('tiled'))"))
             if emulating and spec.emulation_limit is None:
                 raise TiledmmError(f"kernel {spec.name!r} needs a GPU; none is in use (emulation)")
-            spec = specs[name] = (spec, spec.check_tile(None))
+            limit = _backend.emulation_limit(spec.emulation_limit) if emulating else None
+            spec = specs[name] = (spec, spec.check_tile(None), limit)
         return spec
 
     def gemm(a, b, c, alpha, beta):
-        spec, tile = spec_for(a.dtype)
+        spec, tile, limit = spec_for(a.dtype)
+        work = a.shape[0] * a.shape[1] * b.shape[1]
+        if limit is not None and work > limit:
+            raise TiledmmError(f"a block product of {a.shape[0]}x{a.shape[1]} @ {a.shape[1]}x{b.shape[1]} is "
+                               f"{work:,} multiply-adds, over the emulation limit of {limit:,} for kernel "
+                               f"{spec.name!r} (no GPU: the kernel runs in a simulator); give a smaller "
+                               "max_device_bytes, or raise TILEDMM_EMULATION_LIMIT if you will wait")
         if spec.epilogue:
             spec.launch(a, b, c, tile=tile, opts=options, alpha=float(alpha), beta=float(beta))
             return
