@@ -7,11 +7,21 @@
 
 Each result is checked first (C NaN-poisoned; sampled rows incl. block edges x sampled
 columns against float64), then timed with tiledmm.timing.time_calls (1 warm-up run, which
-also autotunes the block shapes). Prints the plan and where the time went (per-stream
+also compiles the block shapes' kernels, and tunes them under TILEDMM_TUNE=on). Prints the plan and where the time went (per-stream
 busy/idle from CUDA events). `--quick` runs small sizes with forced budgets first.
 
   python3 scripts/bench_outofcore.py --quick --out $OUT
   python3 scripts/bench_outofcore.py --gemm both --out $OUT
+
+`--first-call` (issue 22's out-of-core target: first call <= 1.3x a repeated call) measures
+instead, each case in a fresh process with the default settings (TILEDMM_TUNE unset, an empty
+tiledmm cache): tiledmm.matmul on numpy N x N float32 (default 16384) with a 2 GiB budget (out
+of core) and without one (in core), the first call and then repeats, with the out-of-core
+runner's host phases of each call. The CUDA context is made before the first call (and its
+time reported apart): a program calling tiledmm on the GPU has one already. Triton's kernel cache is left as it is (the first case warms
+it), or a fresh empty one per case with --cold-triton.
+
+  python3 scripts/bench_outofcore.py --first-call --out $OUT
 """
 from __future__ import annotations
 
@@ -20,7 +30,9 @@ import datetime
 import gc
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -124,14 +136,14 @@ def run_case(name, a, b, c, *, gemm_name, budget, acc, batches, check_rows, chec
         box["stats"] = st
         runs.append(st["wall_s"])
     t = time.perf_counter()
-    if warmup == "plan":      # the GEMM once per block shape of the plan (compiles, autotunes), no product
+    if warmup == "plan":      # the GEMM once per block shape of the plan (compiles; tunes if tuning is on), no product
         p = warm_out_of_core(a, b, c, max_device_bytes=budget, gemm=gemm, acc_dtype=acc, rates=rates, plan=plan)
         log(f"[{name}] gemm={gemm_name}: warmed the GEMM on the plan's block shapes in {time.perf_counter() - t:.1f} s"
             f" ({p.describe()}); {batches} timed run(s)")
         ms = time_calls(call, batches=batches, per_batch=1, warmup=0)
         log(f"  timed calls took {time.perf_counter() - t:.1f} s with the warm-up; walls {[round(x, 3) for x in runs]}")
     else:
-        log(f"[{name}] gemm={gemm_name}: warm-up run (autotunes block shapes), then {batches} timed")
+        log(f"[{name}] gemm={gemm_name}: warm-up run (compiles the block shapes' kernels), then {batches} timed")
         ms = time_calls(call, batches=batches, per_batch=1, warmup=1)
         del runs[:max(0, len(runs) - batches)]            # the warm-up run
         log(f"  warm-up + timed calls took {time.perf_counter() - t:.1f} s; timed walls {[round(x, 3) for x in runs]}")
@@ -165,6 +177,71 @@ def parse_blocks(text):
     return [tuple(int(v) for v in item.split("x")) for item in text.split(",") if item] if text else []
 
 
+def first_call_worker(n: int, budget: int | None, repeats: int) -> None:
+    """In a fresh process: tiledmm.matmul(A, B[, max_device_bytes=budget]) on numpy float32 operands,
+    the first call and ``repeats`` more; prints one JSON line (FIRSTCALL ...)."""
+    from tiledmm.outofcore import runner
+    phases = []
+    execute = runner._Run.execute
+
+    def spy(self):
+        execute(self)
+        phases.append(dict(self.phases, steps=len(self.steps)))
+    runner._Run.execute = spy
+    A, B = np.empty((n, n), np.float32), np.empty((n, n), np.float32)
+    fill_random(torch.from_numpy(A), 1)
+    fill_random(torch.from_numpy(B), 2)
+    kw = {} if budget is None else {"max_device_bytes": budget}
+    t = time.perf_counter()
+    torch.zeros(1, device="cuda")          # the CUDA context: a program calling tiledmm has one already
+    torch.cuda.synchronize()
+    cuda_init_s = time.perf_counter() - t
+    walls = []
+    for _ in range(1 + repeats):
+        t = time.perf_counter()
+        C = tiledmm.matmul(A, B, **kw)
+        walls.append(time.perf_counter() - t)
+    rows = np.random.default_rng(0).choice(n, min(n, 64), replace=False)
+    ref = A[rows].astype(np.float64) @ B
+    rel = float(np.linalg.norm(C[rows] - ref) / np.linalg.norm(ref))
+    print("FIRSTCALL " + json.dumps({"n": n, "budget": budget, "walls": walls, "phases": phases, "rel_err": rel,
+                                     "cuda_init_s": cuda_init_s}), flush=True)
+
+
+def first_call(args) -> list:
+    """Each case in a fresh process (default settings, empty tiledmm cache); returns the results."""
+    env = {k: v for k, v in os.environ.items() if k != "TILEDMM_TUNE"}
+    results = []
+    for name, budget in ((f"out of core, {args.first_call_budget_gib:g} GiB", int(args.first_call_budget_gib * GiB)),
+                         ("in core", None)):
+        with tempfile.TemporaryDirectory(prefix="tiledmm-first-") as cache:
+            env["TILEDMM_CACHE_DIR"] = cache
+            if args.cold_triton:
+                env["TRITON_CACHE_DIR"] = os.path.join(cache, "triton")
+            cmd = [sys.executable, os.path.abspath(__file__), "--first-call-worker", "--n", str(args.first_call_n),
+                   "--repeats", str(args.repeats)] + ([] if budget is None else ["--budget-bytes", str(budget)])
+            t = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            line = next((x for x in p.stdout.splitlines() if x.startswith("FIRSTCALL ")), None)
+            if p.returncode != 0 or line is None:
+                log(f"[first call] {name}: worker failed (rc {p.returncode}):\n{p.stdout[-2000:]}{p.stderr[-4000:]}")
+                results.append({"case": name, "ok": False})
+                continue
+            r = json.loads(line[len("FIRSTCALL "):])
+        first, rep = r["walls"][0], float(np.median(r["walls"][1:]))
+        r.update(case=name, first_s=first, repeat_s=rep, ratio=first / rep, process_s=time.perf_counter() - t,
+                 ok=r["rel_err"] < 1e-4, triton_cache="cold" if args.cold_triton else "as found")
+        log(f"[first call] {name} {args.first_call_n}^3 float32 numpy: first {first:.3f} s, repeat {rep:.3f} s "
+            f"(walls {[round(w, 3) for w in r['walls']]}) -> {first / rep:.2f}x (target <= 1.3x); rel err "
+            f"{r['rel_err']:.1e}; Triton cache {r['triton_cache']}; CUDA context made before, in "
+            f"{r['cuda_init_s']:.2f} s")
+        for i, ph in enumerate(r["phases"][:2]):
+            log(f"  runner phases, call {i + 1}: " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
+                                                               for k, v in ph.items()))
+        results.append(r)
+    return results
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=90000, help="float32 size (N x N @ N x N)")
@@ -188,9 +265,18 @@ def main():
     ap.add_argument("--check-rows", type=int, default=64)
     ap.add_argument("--check-cols", type=int, default=2048)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--first-call", action="store_true", help="only the first-call vs repeat-call measurement")
+    ap.add_argument("--first-call-n", type=int, default=16384)
+    ap.add_argument("--first-call-budget-gib", type=float, default=2.0)
+    ap.add_argument("--repeats", type=int, default=3, help="--first-call: repeat calls after the first")
+    ap.add_argument("--cold-triton", action="store_true", help="--first-call: a fresh empty Triton cache per case")
+    ap.add_argument("--first-call-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--budget-bytes", type=int, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if tiledmm.emulating():
         sys.exit("needs a GPU")
+    if args.first_call_worker:
+        return first_call_worker(args.n, args.budget_bytes, args.repeats)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     gemms = ["tiledmm", "torch"] if args.gemm == "both" else args.gemm.split(",")
@@ -206,6 +292,12 @@ def main():
     except ImportError:
         pass
     log(json.dumps(env))
+    if args.first_call:
+        results = first_call(args)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "bench_outofcore_first_call.json"), "w") as f:
+            json.dump({"environment": env, "results": results}, f, indent=1)
+        sys.exit(0 if all(r["ok"] for r in results) else 1)
     results = []
     T0 = time.perf_counter()
     configs = []

@@ -119,7 +119,7 @@ def test_summa_prepares_each_distinct_local_product_once(monkeypatch):
     """Before its first collective SUMMA runs each distinct local product (layout and beta) once
     into a scratch output, so the dispatcher tunes on a quiet GPU; later calls skip it."""
     torch = pytest.importorskip("torch")
-    from tiledmm import distributed as D
+    from tiledmm.distributed import streams as D
     monkeypatch.setattr(D, "_prepared", set())
     seen = []
 

@@ -1,13 +1,47 @@
 """Out-of-core GEMM: the blocking, staging and write-back, on the CPU standing in for the GPU
 (forced tiny device budgets), and the same on a GPU when one is present."""
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import torch
 
 import tiledmm
+from tiledmm import registry
 from tiledmm.outofcore import matmul_out_of_core, plan_out_of_core, tiledmm_gemm, torch_gemm, warm_out_of_core
+from tiledmm.outofcore import runner
 
 from .conftest import GPU
+
+
+@pytest.fixture
+def ooc_runs(monkeypatch):
+    """Out-of-core runs executed and their GEMM counts: a spy on the stream runner."""
+    runs = []
+    execute = runner._Run.execute
+
+    def spy(self):
+        execute(self)
+        runs.append(len(self.steps))
+    monkeypatch.setattr(runner._Run, "execute", spy)
+    return runs
+
+
+@pytest.fixture
+def kernel_launches(monkeypatch):
+    """Launches of the registered "triton" kernel: (a shape, c dtype) per launch (a spy on its KernelSpec)."""
+    spec = registry.get("triton")
+    seen = []
+
+    def launch(a, b, c, **kw):
+        seen.append((tuple(a.shape), c.dtype))
+        return spec.launch(a, b, c, **kw)
+    monkeypatch.setitem(registry._REGISTRY, "triton", dataclasses.replace(spec, launch=launch))
+    return seen
 
 
 def _case(m, k, n, dtype=torch.float32, seed=0):
@@ -84,7 +118,7 @@ def test_transposed_inputs_and_both_orientations():
     assert wide.transposed != tall.transposed          # the big operand is the one kept and streamed once
 
 
-def test_bfloat16_wide_accumulator_through_tiledmm_kernel():
+def test_bfloat16_wide_accumulator_through_tiledmm_kernel(kernel_launches):
     m, k, n = 24, 96, 20
     a, b, c0 = _case(m, k, n, torch.bfloat16, seed=2)
     ref = a.double() @ b.double() + c0.double()
@@ -93,14 +127,102 @@ def test_bfloat16_wide_accumulator_through_tiledmm_kernel():
     matmul_out_of_core(a, b, c, beta=1.0, max_device_bytes=3000, acc_dtype=torch.float32,
                        gemm=tiledmm_gemm("triton"), stats=st)
     assert st["plan"]["n_k"] > 1                       # K was split: partial sums stayed float32
+    assert len(kernel_launches) == st["gemm_calls"] > 1 and {d for _, d in kernel_launches} == {torch.float32}
     assert _rel(c, ref) < 6e-3
 
 
-def test_default_gemm_is_tiledmm():
+def test_default_gemm_is_tiledmm(kernel_launches, ooc_runs):
     a, b, _ = _case(9, 14, 11)
     c = torch.empty(9, 11)
     matmul_out_of_core(a, b, c, max_device_bytes=800)  # gemm=None: tiledmm's default kernel
+    assert ooc_runs and ooc_runs[0] > 1 and len(kernel_launches) == ooc_runs[0]
     assert _rel(c, a.double() @ b.double()) < 1e-6
+
+
+def test_tiledmm_gemm_refuses_what_its_kernel_cannot_run():
+    a, b, c = torch.randn(4, 5, dtype=torch.float64), torch.randn(5, 3, dtype=torch.float64), torch.empty(4, 3)
+    with pytest.raises(tiledmm.TiledmmError, match="supports dtypes .* not float64; name a kernel"):
+        tiledmm_gemm()(a, b, c.double(), 1.0, 0.0)
+    with pytest.raises(tiledmm.TiledmmError, match="takes no option"):
+        tiledmm_gemm("triton", colour="red")(a.float(), b.float(), c, 1.0, 0.0)
+    with pytest.raises(tiledmm.TiledmmError, match="unknown kernel"):
+        tiledmm_gemm("nosuch")(a.float(), b.float(), c, 1.0, 0.0)
+    if not GPU:                                        # a block too big for the simulator: refused, not run
+        big = torch.empty(512, 512)
+        with pytest.raises(tiledmm.TiledmmError, match="emulation limit"):
+            tiledmm_gemm()(big, big, torch.empty(512, 512), 1.0, 0.0)
+
+
+def test_tiledmm_gemm_with_a_kernel_without_epilogue():
+    # the SIMT "tiled" kernel has no alpha/beta of its own: the product goes through a temporary
+    a, b, c0 = _case(12, 16, 8, torch.float64, seed=7)
+    c = c0.clone()
+    matmul_out_of_core(a, b, c, alpha=2.0, beta=-1.0, max_device_bytes=1500, gemm=tiledmm_gemm("tiled"))
+    assert _rel(c, 2.0 * (a.double() @ b.double()) - c0.double()) < 1e-12
+    c = torch.full_like(c0, float("nan"))                # alpha = 1, beta = 0: straight into the blocks
+    matmul_out_of_core(a, b, c, max_device_bytes=1500, gemm=tiledmm_gemm("tiled"))
+    assert _rel(c, a.double() @ b.double()) < 1e-12
+
+
+def test_max_device_bytes_through_the_api_runs_out_of_core(ooc_runs, rng):
+    """tiledmm.matmul on host operands with a small budget: the out-of-core runner ran, in blocks."""
+    a, b = rng.standard_normal((37, 29)).astype(np.float32), rng.standard_normal((29, 23)).astype(np.float32)
+    c = rng.standard_normal((37, 23)).astype(np.float32)
+    want = 2.0 * (a.astype(np.float64) @ b) + 0.5 * c
+    tiledmm.matmul(a, b, out=c, alpha=2.0, beta=0.5, max_device_bytes=4096)
+    assert len(ooc_runs) == 1 and ooc_runs[0] > 1
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-5)
+
+
+# In a fresh process with the default settings (TILEDMM_TUNE unset, an empty cache), every timing
+# function of tiledmm.timing raises; an out-of-core product through tiledmm.matmul and one through
+# matmul_out_of_core's default GEMM must still run (the spy proves they ran out of core).
+_NO_TIMING = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import torch
+    import tiledmm
+    from tiledmm import timing
+    from tiledmm.outofcore import matmul_out_of_core, runner
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("timed on the out-of-core call path")
+    originals = {n: getattr(timing, n) for n in dir(timing) if callable(getattr(timing, n))
+                 and getattr(getattr(timing, n), "__module__", None) == timing.__name__}
+    for name in originals:
+        setattr(timing, name, refuse)
+    for mod in [m for n, m in sys.modules.items() if n.startswith("tiledmm")]:   # names imported already
+        for attr, value in list(vars(mod).items()):
+            if any(value is f for f in originals.values()):
+                setattr(mod, attr, refuse)
+    runs = []
+    execute = runner._Run.execute
+    def spy(self):
+        execute(self)
+        runs.append(len(self.steps))
+    runner._Run.execute = spy
+    m, k, n, budget = [int(x) for x in sys.argv[1:5]]
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    c = tiledmm.matmul(a, b, max_device_bytes=budget)
+    ref = a.astype(np.float64) @ b
+    err1 = np.linalg.norm(c - ref) / np.linalg.norm(ref)
+    ct = torch.empty(m, n)
+    matmul_out_of_core(torch.from_numpy(a), torch.from_numpy(b), ct, max_device_bytes=budget)
+    err2 = np.linalg.norm(ct.numpy() - ref) / np.linalg.norm(ref)
+    print("runs", runs, "errors", err1, err2)
+    assert len(runs) == 2 and min(runs) > 1 and err1 < 1e-5 and err2 < 1e-5
+""")
+
+
+def test_no_timing_on_the_out_of_core_call_path(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TILEDMM_TUNE"}
+    env.update(TILEDMM_CACHE_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    shape = ["3000", "2000", "2500", str(8 << 20)] if GPU else ["48", "40", "36", "6000"]
+    p = subprocess.run([sys.executable, "-c", _NO_TIMING, *shape], capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "runs [" in p.stdout
 
 
 def test_progress_and_stats():
@@ -141,6 +263,10 @@ def test_bad_input_and_too_small_budget():
         matmul_out_of_core(a, b.double(), c, gemm=torch_gemm)
     with pytest.raises(tiledmm.TiledmmError, match="CPU torch tensor"):
         matmul_out_of_core(a.numpy(), b, c, gemm=torch_gemm)
+    with pytest.raises(tiledmm.TiledmmError, match="CPU torch tensor"):
+        warm_out_of_core(a.numpy(), b, c, gemm=torch_gemm)
+    with pytest.raises(tiledmm.TiledmmError, match="do not chain"):
+        warm_out_of_core(a, b.t(), c, gemm=torch_gemm)
 
 
 def test_gemm_error_propagates_and_threads_end():
@@ -181,14 +307,14 @@ def test_plan_cached_forced_blocks_and_phases():
     c = torch.empty(30, 25)
     st = {}
     matmul_out_of_core(a, b, c, max_device_bytes=2000, gemm=torch_gemm, stats=st)
-    assert set(st["phases"]) == {"setup_s", "plan_s", "build_s", "issue_s", "finish_s"}
+    assert set(st["phases"]) == {"setup_s", "plan_s", "build_s", "staging_s", "issue_s", "finish_s"}
     assert sum(st["phases"].values()) <= st["wall_s"] + 1e-3
 
 
 def test_panel_chunks_do_not_wait_for_their_own_panel(monkeypatch):
     # one resident panel (n_j = 1) loaded K-chunk by K-chunk: no chunk waits for the GEMMs reading the
     # panel's earlier chunks (only a different panel's GEMMs free a panel slot)
-    from tiledmm import outofcore as ooc
+    ooc = runner
     waits, runs = [], []
     orig_wait, orig_exec = ooc._Run._wait_slot, ooc._Run.execute
 
@@ -202,7 +328,6 @@ def test_panel_chunks_do_not_wait_for_their_own_panel(monkeypatch):
     monkeypatch.setattr(ooc._Run, "_wait_slot", wait)
     monkeypatch.setattr(ooc._Run, "execute", execute)
     a, b, _ = _case(64, 96, 40)
-    import dataclasses
     plan = plan_out_of_core(64, 40, 96, torch.float32, max_device_bytes=1 << 20, blocks=(16, 40, 24))
     plan = dataclasses.replace(plan, resident=True)
     assert plan.resident and plan.n_j == 1 and plan.n_k == 4 and plan.n_i == 4
