@@ -24,11 +24,13 @@ def linear(x, weight, bias=None, activation: str | None = None, *, precision: st
     precision: float32 only, "ieee" (default) or "tf32"."""
     act = check_activation(activation)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise TiledmmError(f"weight must be a 2-D tensor (out_features, in_features); got "
-                           f"{describe(weight, 'weight') if isinstance(weight, torch.Tensor) else type(weight).__name__}")
+        raise TiledmmError(f"weight must be a 2-D tensor (out_features, in_features); got {_what(weight, 'weight')}")
     if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
-        raise TiledmmError(f"x's last dimension must be in_features = {weight.shape[1]}; got "
-                           f"{describe(x, 'x') if isinstance(x, torch.Tensor) else type(x).__name__}")
+        raise TiledmmError(f"x's last dimension must be in_features = {weight.shape[1]}; got {_what(x, 'x')}")
     keep = act not in ("none", "relu") and torch.is_grad_enabled() and \
         (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
     return torch.ops.tiledmm.gemm(x, weight.mT, None, bias, 1.0, 0.0, -1, act, keep, None, precision)[0]
+
+
+def _what(t, name: str) -> str:
+    return describe(t, name) if isinstance(t, torch.Tensor) else type(t).__name__

@@ -4,7 +4,9 @@ Inside ``with tiledmm.enable(): model(x)``, ``torch.matmul``, ``@``, ``mm``, ``b
 ``baddbmm`` and ``F.linear`` (functions and Tensor methods) run as ``torch.ops.tiledmm`` operators
 -- with their autograd, so ``loss.backward()`` runs tiledmm's kernels too -- wherever tiledmm
 supports the call: torch tensors of one float dtype on the kernels' device (CUDA; the CPU in
-emulation), no ``out=``. Every other call goes to torch unchanged. The mode counts what went where;
+emulation), no ``out=``. Every other call goes to torch unchanged. ``nn.MultiheadAttention``'s
+projections are inside one torch function (``F.multi_head_attention_forward``) that the mode
+sees only as a whole: they stay in torch, and the counts say so. The mode counts what went where;
 ``enable(report=True)`` prints the counts on exit, and ``summary()`` returns them.
 """
 from __future__ import annotations
@@ -113,6 +115,8 @@ _ROUTES = {
     torch.baddbmm: ("baddbmm", lambda args, kw: _addmm(args, kw, 3)),
     torch.Tensor.baddbmm: ("baddbmm", lambda args, kw: _addmm(args, kw, 3)),
     F.linear: ("linear", _linear),
+    # one torch function whose projections run inside it, where this mode cannot see them: counted, to say so
+    F.multi_head_attention_forward: ("multi_head_attention", lambda args, kw: (None, "its projections run in torch")),
 }
 
 
