@@ -204,3 +204,50 @@ def test_compile_fullgraph_forward_and_backward():
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for g, t in zip(grads, (x, w, bias)):
         torch.testing.assert_close(g, t.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_epilogue_after_a_variant_that_cannot_fuse(monkeypatch):
+    """Where the dispatcher's pick is not the blocked kernel (TMA, split-K on a GPU), the product runs
+    plain and bias and activation follow in torch: the same result."""
+    from tiledmm.kernels.block import matmul as BM
+    real = BM.resolved
+
+    def other_variant(*args):
+        fn = real(*args)
+        return lambda a, b, c, alpha, beta: fn(a, b, c, alpha=alpha, beta=beta)     # not the blocked launch
+    monkeypatch.setattr(BM, "resolved", other_variant)
+    a, b, bias = _t(2, 6, 8, dtype=torch.bfloat16), _t(8, 5, dtype=torch.bfloat16, seed=1), _t(5, dtype=torch.bfloat16)
+    fused = []
+    real_fused = _impl._fused
+    monkeypatch.setattr(_impl, "_fused", lambda *args: fused.append(real_fused(*args)) or fused[-1])
+    y = torch.ops.tiledmm.gemm(a, b, None, bias, 1.0, 0.0, -1, "gelu", False, None, None)[0]
+    assert fused == [False]
+    want = _ref(a, b, None, bias, 1.0, 0.0, -1, "gelu")
+    torch.testing.assert_close(y.double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ACTS)
+def test_gpu_linear_bf16_against_float64(act):
+    from tiledmm.nn.functional import linear
+    x, w, bias = _t(512, 384, dtype=torch.bfloat16), _t(640, 384, dtype=torch.bfloat16, seed=1) / 20, \
+        _t(640, dtype=torch.bfloat16, seed=2)
+    y = linear(x, w, bias, act)
+    want = _impl.activation(torch.nn.functional.linear(x.double(), w.double(), bias.double()), act)
+    torch.testing.assert_close(y.double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+
+
+@pytest.mark.gpu
+def test_gpu_compiled_step_under_cuda_graphs():
+    """torch.compile(fullgraph=True) with inductor and CUDA graphs (mode="reduce-overhead")."""
+    from tiledmm.nn.functional import linear
+
+    def f(x, w, bias):
+        return linear(x, w, bias, "gelu").float().square().mean()
+    x, w, bias = _t(256, 128, dtype=torch.bfloat16), _t(192, 128, dtype=torch.bfloat16, seed=1) / 10, \
+        _t(192, dtype=torch.bfloat16, seed=2)
+    compiled = torch.compile(f, fullgraph=True, mode="reduce-overhead")
+    for _ in range(3):
+        got = compiled(x, w, bias)
+    want = torch.nn.functional.gelu(torch.nn.functional.linear(x.double(), w.double(), bias.double())).square().mean()
+    torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=1e-3)

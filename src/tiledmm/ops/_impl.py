@@ -4,7 +4,8 @@
 c broadcast to the result, bias a 1-D tensor along N (the result's last dimension) or M (its
 second-to-last). Where it can, the Triton ``blocked`` variant does it all in its epilogue (one
 pass over C); where the dispatcher picks another variant (TMA, split-K, the SIMT ladder, float64)
-the product runs through ``tiledmm.matmul`` and bias and activation follow in torch, in float32.
+the product runs through ``tiledmm.matmul`` and bias and activation follow in torch, in place in
+the result's dtype (rounded as torch's eager ``act(linear(x, w, b))`` is).
 """
 from __future__ import annotations
 
@@ -123,11 +124,10 @@ def gemm(a, b, c, bias, alpha: float, beta: float, bias_dim: int, act: str, kern
     from ..api import matmul
     opts = {} if precision is None else {"precision": precision}
     matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, **opts)
-    if bias is not None or act != "none":
-        z = out.float() if out.dtype in (torch.float16, torch.bfloat16) else out
-        if bias is not None:
-            z = z + (bias if bias_dim == -1 else bias[:, None]).to(z.dtype)
-        out.copy_(activation(z, act))
+    if bias is not None:            # in out's dtype, in place: rounded as torch's eager linear + activation
+        out.add_(bias if bias_dim == -1 else bias[:, None])
+    if act != "none":
+        out.copy_(activation(out, act))
     return out
 
 

@@ -58,9 +58,9 @@ def _gemm(a, b, c=None, bias=None, alpha=1.0, beta=0.0):
 
 
 def _matmul(args, kwargs, ranks=None):
-    a, b = args[0], args[1]
     if kwargs or len(args) != 2:
-        return None, "out= or extra arguments"
+        return None, "out= or keyword arguments"
+    a, b = args
     why = _unsupported(a, b)
     if why is None and ranks is not None and (a.dim(), b.dim()) != ranks:
         why = "shapes"
