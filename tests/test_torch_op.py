@@ -228,13 +228,22 @@ def test_epilogue_after_a_variant_that_cannot_fuse(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("act", ACTS)
-def test_gpu_linear_bf16_against_float64(act):
+@pytest.mark.parametrize("dtype,precision,tol", [(torch.bfloat16, None, 2e-2), (torch.float16, None, 4e-3),
+                                                 (torch.float32, "tf32", 4e-3), (torch.float32, None, 1e-4)])
+def test_gpu_linear_forward_backward_against_float64(act, dtype, precision, tol):
     from tiledmm.nn.functional import linear
-    x, w, bias = _t(512, 384, dtype=torch.bfloat16), _t(640, 384, dtype=torch.bfloat16, seed=1) / 20, \
-        _t(640, dtype=torch.bfloat16, seed=2)
-    y = linear(x, w, bias, act)
-    want = _impl.activation(torch.nn.functional.linear(x.double(), w.double(), bias.double()), act)
-    torch.testing.assert_close(y.double(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+    x, w, bias = _t(512, 384, dtype=dtype, grad=True), _t(640, 384, dtype=dtype, seed=1) / 20, \
+        _t(640, dtype=dtype, seed=2)
+    w.requires_grad_()
+    bias.requires_grad_()
+    y = linear(x, w, bias, act, precision=precision)
+    gy = _t(512, 640, dtype=dtype, seed=3)
+    y.backward(gy)
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, w, bias))
+    want = _impl.activation(torch.nn.functional.linear(xr, wr, br), act)
+    want.backward(gy.double())
+    for got, ref in ((y, want), (x.grad, xr.grad), (w.grad, wr.grad), (bias.grad, br.grad)):
+        torch.testing.assert_close(got.double(), ref, rtol=tol, atol=tol * ref.abs().max().item())
 
 
 @pytest.mark.gpu

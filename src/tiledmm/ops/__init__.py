@@ -40,25 +40,26 @@ def maybe_autograd(a: Any, b: Any, out: Any, alpha: Any, beta: Any, kernel: str 
     if tile is not None or stream is not None or max_device_bytes is not None or options:
         raise TiledmmError("tile=, stream=, max_device_bytes= and kernel options are not differentiable: "
                            "call tiledmm.matmul on tensors that need no gradient (detach them) to use them")
-    if isinstance(beta, torch.Tensor):
-        raise TiledmmError(f"beta must be a real number, got a tensor {tuple(beta.shape)}")
+    beta = api._scalar("beta", beta)
+    if not isinstance(alpha, torch.Tensor):
+        alpha = api._scalar("alpha", alpha)
     if out is not None and out.requires_grad and out.is_leaf:
         raise TiledmmError(f"out {tuple(out.shape)} is a leaf tensor that requires grad: it cannot receive the "
                            "result in place; pass out=None and use the returned tensor")
-    return _differentiable(a, b, out, alpha, float(beta), kernel, precision)
+    return _differentiable(a, b, out, alpha, beta, kernel, precision)
 
 
 def _differentiable(a, b, out, alpha, beta: float, kernel, precision):
     scale = isinstance(alpha, torch.Tensor)
     al = 1.0 if scale else float(alpha)
     c = out if beta != 0.0 else None
+    if scale and c is not None:
+        raise TiledmmError("a tensor alpha with beta != 0 is not supported; pass alpha as a number")
     if al == 1.0 and c is None:
         y = torch.ops.tiledmm.matmul(a, b, kernel, precision)
     else:
         y = torch.ops.tiledmm.gemm(a, b, c, None, al, beta, -1, "none", False, kernel, precision)[0]
     if scale:          # a tensor alpha (its gradient too): the scaling outside the kernel
-        if c is not None:
-            raise TiledmmError("a tensor alpha with beta != 0 is not supported; pass alpha as a number")
         y = y * alpha.to(y.dtype)
     if out is None:
         return y
