@@ -185,15 +185,17 @@ def test_bad_calls_are_one_line_errors(args, match):
 
 # -- torch.compile --------------------------------------------------------------------------------
 
-def test_compile_fullgraph_forward_and_backward():
-    """tiledmm.matmul and the operators in one graph (no break); the gradients reach every input."""
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph_forward_and_backward(backend):
+    """tiledmm.matmul and the operators in one graph (no break); the gradients reach every input;
+    inductor keeps each operator as one call (its FallbackKernel)."""
     from tiledmm.nn.functional import linear
 
     def f(x, w, bias, y):
         h = linear(x, w, bias, "gelu")
         return (tiledmm.matmul(h, y) + torch.ops.tiledmm.matmul(h, y)).sum()
     x, w, bias, y = _t(3, 4, grad=True), _t(5, 4, grad=True, seed=1), _t(5, grad=True, seed=2), _t(5, 2, seed=3)
-    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
     got = compiled(x, w, bias, y)
     got.backward()
     grads = [t.grad.clone() for t in (x, w, bias)]

@@ -7,10 +7,11 @@ result's shape, so ``torch.compile(fullgraph=True)`` keeps each call as one opaq
 ``torch.library.register_autograd`` for the backward, which calls these operators again on
 transposed views (dA = dC Bᵀ, dB = Aᵀ dC: no copies where the kernels read the strides).
 
-    tiledmm::matmul(a, b, kernel, precision) -> a @ b            (numpy's matmul rules)
-    tiledmm::gemm(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel, precision)
+    tiledmm::matmul(a, b, kernel_name, precision) -> a @ b       (numpy's matmul rules)
+    tiledmm::gemm(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel_name, precision)
         -> (y, z): y = act(alpha * a @ b + beta * c + bias); z = the pre-activation when
            ``keep_pre`` and act is gelu/gelu_tanh/silu (their backward reads it), else empty
+    (``kernel_name``: tiledmm.matmul's ``kernel=``, named apart from inductor's own ``kernel`` argument)
 """
 from __future__ import annotations
 
@@ -19,9 +20,9 @@ import torch
 from . import _impl
 
 LIB = torch.library.Library("tiledmm", "DEF")
-LIB.define("matmul(Tensor a, Tensor b, str? kernel=None, str? precision=None) -> Tensor")
+LIB.define("matmul(Tensor a, Tensor b, str? kernel_name=None, str? precision=None) -> Tensor")
 LIB.define("gemm(Tensor a, Tensor b, Tensor? c, Tensor? bias, float alpha, float beta, int bias_dim, str act, "
-           "bool keep_pre, str? kernel=None, str? precision=None) -> (Tensor, Tensor)")
+           "bool keep_pre, str? kernel_name=None, str? precision=None) -> (Tensor, Tensor)")
 
 
 def _keeps(keep_pre: bool, act: str) -> bool:
@@ -30,18 +31,18 @@ def _keeps(keep_pre: bool, act: str) -> bool:
 
 # -- eager kernels ----------------------------------------------------------------------------------
 
-def _matmul(a, b, kernel=None, precision=None):
+def _matmul(a, b, kernel_name=None, precision=None):
     from ..api import matmul
     opts = {} if precision is None else {"precision": precision}
-    return matmul(a.detach(), b.detach(), kernel=kernel, **opts)     # detached: no re-entry into autograd
+    return matmul(a.detach(), b.detach(), kernel=kernel_name, **opts)     # detached: no re-entry into autograd
 
 
-def _gemm(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel=None, precision=None):
+def _gemm(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel_name=None, precision=None):
     d = [None if t is None else t.detach() for t in (a, b, c, bias)]
     if _keeps(keep_pre, act):
-        z = _impl.gemm(*d, alpha, beta, bias_dim, "none", kernel, precision)
+        z = _impl.gemm(*d, alpha, beta, bias_dim, "none", kernel_name, precision)
         return _impl.activation(z, act), z
-    y = _impl.gemm(*d, alpha, beta, bias_dim, act, kernel, precision)
+    y = _impl.gemm(*d, alpha, beta, bias_dim, act, kernel_name, precision)
     return y, a.new_empty((0,))
 
 
@@ -52,12 +53,12 @@ LIB.impl("gemm", _gemm, "CompositeExplicitAutograd")
 # -- fake implementations: shapes only -------------------------------------------------------------
 
 @torch.library.register_fake("tiledmm::matmul", lib=LIB)
-def _matmul_fake(a, b, kernel=None, precision=None):
+def _matmul_fake(a, b, kernel_name=None, precision=None):
     return a.new_empty(_impl.check(a, b, None, None, -1, "none"))
 
 
 @torch.library.register_fake("tiledmm::gemm", lib=LIB)
-def _gemm_fake(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel=None, precision=None):
+def _gemm_fake(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel_name=None, precision=None):
     res = _impl.check(a, b, c, bias, bias_dim, act)
     return a.new_empty(res), a.new_empty(res if _keeps(keep_pre, act) else (0,))
 
