@@ -94,14 +94,41 @@ def _tile_product(a_tile, b_tile, rows, cols, M, N, k_len, stride_ak, stride_bk,
 
 
 @triton.jit
-def _epilogue(c_tile, acc, inside, alpha, beta, ALPHA_ONE: tl.constexpr, HAS_BETA: tl.constexpr):
-    """The GEMM epilogue: C = alpha * acc + beta * C where ``inside``; with beta == 0 C is never
+def _activation(x, ACT: tl.constexpr):
+    """x through the fused activation ("none", "relu", "gelu" (erf), "gelu_tanh", "silu"), in fp32.
+    gelu_tanh: 0.5 x (1 + tanh(u)) written as x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3)."""
+    if ACT == "relu":
+        x = tl.maximum(x, 0.0)
+    elif ACT == "gelu":
+        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif ACT == "gelu_tanh":
+        x = x * tl.sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
+    elif ACT == "silu":
+        x = x * tl.sigmoid(x)
+    return x
+
+
+@triton.jit
+def _epilogue_act(c_tile, acc, inside, alpha, beta, bias, ALPHA_ONE: tl.constexpr, HAS_BETA: tl.constexpr,
+                  HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+    """The fused epilogue: C = act(alpha * acc + beta * C + bias) where ``inside`` (``bias``: a loaded
+    row or column of the tile, broadcast over the other dimension); with beta == 0 C is never
     read (NaN in it cannot leak)."""
     if not ALPHA_ONE:
         acc = acc * alpha
     if HAS_BETA:
         acc += beta * tl.load(c_tile, mask=inside, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        acc += bias
+    acc = _activation(acc, ACT)
     tl.store(c_tile, acc.to(c_tile.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def _epilogue(c_tile, acc, inside, alpha, beta, ALPHA_ONE: tl.constexpr, HAS_BETA: tl.constexpr):
+    """The GEMM epilogue: C = alpha * acc + beta * C where ``inside``; with beta == 0 C is never
+    read (NaN in it cannot leak)."""
+    _epilogue_act(c_tile, acc, inside, alpha, beta, 0.0, ALPHA_ONE, HAS_BETA, False, "none")
 
 
 # Triton compiles a kernel per "specialisation" of its integer arguments: == 1 (made a constant)
@@ -121,7 +148,10 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   alpha, beta,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                   GROUP_M: tl.constexpr, PRECISION: tl.constexpr, HAS_BETA: tl.constexpr,
-                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False, SWAP: tl.constexpr = 0):
+                  ALPHA_ONE: tl.constexpr, UPCAST: tl.constexpr = False, SWAP: tl.constexpr = 0,
+                  bias_ptr=None, stride_bias=0, BIAS: tl.constexpr = 0, ACT: tl.constexpr = "none"):
+    """C = act(alpha * A @ B + beta * C + bias): ``BIAS`` 0 -- none, 1 -- one value per column
+    (``bias_ptr[n * stride_bias]``, along N), 2 -- one per row (along M); ``ACT`` as ``_activation``."""
     pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     batch = tl.program_id(1).to(tl.int64)
     a_ptr += batch * stride_ab
@@ -138,7 +168,14 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                         BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST, SWAP)
 
     c_tile = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
-    _epilogue(c_tile, acc, (rows[:, None] < M) & (cols[None, :] < N), alpha, beta, ALPHA_ONE, HAS_BETA)
+    if BIAS == 1:
+        bias = tl.load(bias_ptr + cols * stride_bias, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    elif BIAS == 2:
+        bias = tl.load(bias_ptr + rows * stride_bias, mask=rows < M, other=0.0).to(tl.float32)[:, None]
+    else:
+        bias = 0.0
+    _epilogue_act(c_tile, acc, (rows[:, None] < M) & (cols[None, :] < N), alpha, beta, bias, ALPHA_ONE, HAS_BETA,
+                  BIAS != 0, ACT)
 
 
 @triton.jit(do_not_specialize=["M", "N", "K"])   # descriptors do the bounds: sizes only count tiles

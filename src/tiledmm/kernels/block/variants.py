@@ -79,10 +79,12 @@ def _upcast(a) -> bool:   # emulation only: the interpreter's bf16 tl.dot return
 
 # -- blocked: masked tiles, any strides, batch on grid axis 1 ------------------------------------
 
-def _blocked_launch(a, b, c, *, precision, alpha, beta, config):
+def _blocked_launch(a, b, c, *, precision, alpha, beta, config, bias=None, bias_mode=0, act="none"):
+    """``bias_mode``/``act``: the fused epilogue (``matmul_kernel``'s BIAS and ACT; bias a 1-D tensor)."""
     batch, M, K, N, sa, sb = _dims(a, b)
     flags = (("PRECISION", precision), ("HAS_BETA", beta != 0.0), ("ALPHA_ONE", alpha == 1.0),
-             ("UPCAST", _upcast(a)), ("SWAP", config.get("SWAP", 0)))
+             ("UPCAST", _upcast(a)), ("SWAP", config.get("SWAP", 0)), ("BIAS", bias_mode), ("ACT", act))
+    extra = (bias, bias.stride(0)) if bias_mode else (None, 0)
     fk = _fast(matmul_kernel, tuple(config.items()), flags)
     tiles = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])
     sc = c.stride(-3) if c.dim() >= 3 else 0
@@ -90,7 +92,7 @@ def _blocked_launch(a, b, c, *, precision, alpha, beta, config):
         nb = min(MAX_GRID_YZ, batch - b0)
         fk((tiles, nb), a if b0 == 0 or not sa else a[b0:], b if b0 == 0 or not sb else b[b0:],
            c if b0 == 0 else c[b0:], M, N, K, sa, a.stride(-2), a.stride(-1),
-           sb, b.stride(-2), b.stride(-1), sc, c.stride(-2), c.stride(-1), float(alpha), float(beta))
+           sb, b.stride(-2), b.stride(-1), sc, c.stride(-2), c.stride(-1), float(alpha), float(beta), *extra)
 
 
 BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True,

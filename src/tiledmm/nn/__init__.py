@@ -1,0 +1,6 @@
+"""Drop-in layers on tiledmm's operators: ``tiledmm.nn.Linear`` and ``tiledmm.nn.functional.linear``."""
+from . import functional
+from .functional import ACTIVATIONS
+from .modules import Linear
+
+__all__ = ["Linear", "functional", "ACTIVATIONS"]

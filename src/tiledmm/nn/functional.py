@@ -1,0 +1,36 @@
+"""``linear(x, weight, bias=None, activation=None)``: ``act(x @ weightᵀ + bias)`` in one tiledmm GEMM.
+
+The bias (along N) and the activation -- "relu", "gelu" (erf), "gelu_tanh", "silu" -- are applied
+in the Triton kernel's epilogue (one pass over the output) where the dispatcher runs the
+``blocked`` variant, and in a torch pass over the result after the product otherwise (TMA, split-K,
+float64, tensors off the kernels' device). Differentiable in x, weight and bias; for gelu and
+silu the forward also keeps the pre-activation when a gradient will be needed (their backward
+reads it, as torch's does).
+"""
+from __future__ import annotations
+
+import torch
+
+from .._arrays import TiledmmError, describe
+from ..ops import _library  # noqa: F401  (registers torch.ops.tiledmm.*)
+from ..ops._impl import ACTIVATIONS, check_activation
+
+__all__ = ["linear", "ACTIVATIONS"]
+
+
+def linear(x, weight, bias=None, activation: str | None = None, *, precision: str | None = None):
+    """``act(x @ weight.T + bias)`` like ``torch.nn.functional.linear`` (x: (..., in_features),
+    weight: (out_features, in_features), bias: (out_features,)) with a fused activation.
+    precision: float32 only, "ieee" (default) or "tf32"."""
+    act = check_activation(activation)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise TiledmmError(f"weight must be a 2-D tensor (out_features, in_features); got {_what(weight, 'weight')}")
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[-1] != weight.shape[1]:
+        raise TiledmmError(f"x's last dimension must be in_features = {weight.shape[1]}; got {_what(x, 'x')}")
+    keep = act not in ("none", "relu") and torch.is_grad_enabled() and \
+        (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
+    return torch.ops.tiledmm.gemm(x, weight.mT, None, bias, 1.0, 0.0, -1, act, keep, None, precision)[0]
+
+
+def _what(t, name: str) -> str:
+    return describe(t, name) if isinstance(t, torch.Tensor) else type(t).__name__

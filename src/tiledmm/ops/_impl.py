@@ -1,0 +1,167 @@
+"""The forward computations behind the ``torch.ops.tiledmm`` operators (eager, on real tensors).
+
+``gemm`` computes ``act(alpha * a @ b + beta * c + bias)`` with numpy's matmul rules for a and b,
+c broadcast to the result, bias a 1-D tensor along N (the result's last dimension) or M (its
+second-to-last). Where it can, the Triton ``blocked`` variant does it all in its epilogue (one
+pass over C); where the dispatcher picks another variant (TMA, split-K, the SIMT ladder, float64)
+the product runs through ``tiledmm.matmul`` and bias and activation follow in torch, in place in
+the result's dtype (rounded as torch's eager ``act(linear(x, w, b))`` is).
+"""
+from __future__ import annotations
+
+from .. import _backend
+from .._arrays import TiledmmError, describe
+
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+BIAS_ALONG = {-1: 1, -2: 2}          # bias_dim -> the kernel's BIAS mode (1: along N, 2: along M)
+_FUSED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
+
+
+def check_activation(act) -> str:
+    """The activation's canonical name; None means "none"."""
+    name = "none" if act is None else act
+    if name not in ACTIVATIONS:
+        raise TiledmmError(f"activation must be one of {list(ACTIVATIONS)} or None, got {act!r}")
+    return name
+
+
+def activation(x, act: str):
+    """act(x) in torch (the fallback's epilogue and the keep-pre-activation path)."""
+    import torch
+    import torch.nn.functional as F
+    if act == "relu":
+        return torch.relu(x)
+    if act == "gelu":
+        return F.gelu(x)
+    if act == "gelu_tanh":
+        return F.gelu(x, approximate="tanh")
+    if act == "silu":
+        return F.silu(x)
+    return x
+
+
+def activation_backward(grad, act: str, saved):
+    """d act / d z times ``grad``: ``saved`` is the output y for relu, the pre-activation z otherwise."""
+    import torch
+    aten = torch.ops.aten
+    if act == "relu":
+        return aten.threshold_backward(grad, saved, 0)
+    if act in ("gelu", "gelu_tanh"):
+        return aten.gelu_backward(grad, saved, approximate="none" if act == "gelu" else "tanh")
+    if act == "silu":
+        return aten.silu_backward(grad, saved)
+    return grad
+
+
+def check(a, b, c, bias, bias_dim: int, act: str) -> tuple:
+    """Validate a call (one-line TiledmmErrors naming shapes and dtypes); returns the result shape."""
+    import torch
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            raise TiledmmError(f"unsupported dtype: {describe(t, name)}; tiledmm supports float32, float64, "
+                               "float16, bfloat16")
+    if a.dtype != b.dtype:
+        raise TiledmmError(f"mixed dtypes: {describe(a, 'a')}; {describe(b, 'b')}")
+    if a.device != b.device:
+        raise TiledmmError(f"a and b are on different devices: {describe(a, 'a')}; {describe(b, 'b')}")
+    if a.dim() == 0 or b.dim() == 0:
+        raise TiledmmError(f"matmul needs tensors of at least one dimension; got {describe(a, 'a')}; "
+                           f"{describe(b, 'b')}")
+    kb = b.shape[0] if b.dim() == 1 else b.shape[-2]
+    if a.shape[-1] != kb:
+        raise TiledmmError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    try:
+        batch = _checked_broadcast(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
+    except ValueError:
+        raise TiledmmError(f"batch dimensions do not broadcast: a is {tuple(a.shape)}, b is {tuple(b.shape)}") \
+            from None
+    res = tuple(batch) + (tuple(a.shape[-2:-1]) if a.dim() > 1 else ()) + (tuple(b.shape[-1:]) if b.dim() > 1 else ())
+    check_activation(act)
+    if c is not None:
+        try:
+            if tuple(_checked_broadcast(tuple(c.shape), res)) != res:
+                raise ValueError
+        except ValueError:
+            raise TiledmmError(f"c {tuple(c.shape)} does not broadcast to the result's shape {res}") from None
+        if c.device != a.device:
+            raise TiledmmError(f"c is on another device: {describe(c, 'c')}; a is on {a.device}")
+    if bias is not None:
+        if bias_dim not in BIAS_ALONG:
+            raise TiledmmError(f"bias_dim must be -1 (along N) or -2 (along M), got {bias_dim}")
+        if len(res) < -bias_dim or bias.dim() != 1 or bias.shape[0] != res[bias_dim]:
+            raise TiledmmError(f"bias must be 1-D with {'N' if bias_dim == -1 else 'M'} elements for a result of "
+                               f"shape {res}; got {describe(bias, 'bias')}")
+        if bias.device != a.device or not bias.is_floating_point():
+            raise TiledmmError(f"bias must be a float tensor on {a.device}; got {describe(bias, 'bias')}")
+    return res
+
+
+def _checked_broadcast(x: tuple, y: tuple) -> list:
+    n = max(len(x), len(y))
+    x, y = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
+    out = []
+    for p, q in zip(x, y):
+        if p != q and p != 1 and q != 1:
+            raise ValueError
+        out.append(q if p == 1 else p)
+    return out
+
+
+def gemm(a, b, c, bias, alpha: float, beta: float, bias_dim: int, act: str, kernel, precision):
+    """A new tensor ``act(alpha * a @ b + beta * c + bias)`` of a's dtype (see the module's docstring).
+    Inputs are detached views' data: nothing here records autograd history."""
+    import torch
+    res = check(a, b, c, bias, bias_dim, act)
+    if c is None:
+        beta = 0.0
+    out = torch.empty(res, dtype=a.dtype, device=a.device)
+    if beta != 0.0:
+        out.copy_(c.expand(res))
+    if out.numel() == 0:
+        return out
+    if kernel in (None, "triton") and _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision):
+        return out
+    from ..api import matmul
+    opts = {} if precision is None else {"precision": precision}
+    matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, **opts)
+    if bias is not None:            # in out's dtype, in place: rounded as torch's eager linear + activation
+        out.add_(bias if bias_dim == -1 else bias[:, None])
+    if act != "none":
+        out.copy_(activation(out, act))
+    return out
+
+
+def _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision) -> bool:
+    """The whole call in the Triton ``blocked`` kernel's epilogue, where the dispatcher's pick for
+    this call is that variant (a plain product: whatever it picks); False (nothing done) where it
+    cannot be: other dtypes or devices, 1-D operands, batches the kernel does not take."""
+    if str(a.dtype) not in _FUSED_DTYPES or a.device.type != ("cpu" if _backend.emulating() else "cuda") \
+            or a.dim() < 2 or b.dim() < 2:
+        return False
+    A, B, C = a, b, out
+    if B.dim() == 3 and B.shape[0] == 1:
+        B = B[0]
+    if A.dim() == 3 and A.shape[0] == 1 and B.dim() == 3:
+        A = A[0]
+    if A.dim() > 2 and B.dim() == 2 and (bias is None or bias_dim == -1):   # (..., M, K) @ (K, N): one tall
+        try:                                                                  # 2-D product
+            A, C = A.view(-1, A.shape[-1]), C.view(-1, C.shape[-1])
+        except RuntimeError:
+            return False
+    elif A.dim() > 3 or B.dim() > 3 or B.dim() == 3 and not (A.dim() == 2 or A.shape[0] == B.shape[0]):
+        return False
+    if _backend.emulating() and (A.data_ptr() == B.data_ptr() or
+                                 C.numel() * A.shape[-1] > _backend.emulation_limit(2 ** 24)):
+        return False        # the interpreter keys its copies by address (api._compute); the limit: api's
+    from ..kernels.block import matmul as BM
+    from ..kernels.block import variants as V
+    prec = BM.check_precision(str(a.dtype).replace("torch.", ""), precision)
+    fn = BM.resolved(A, B, C, prec, alpha, beta)
+    if getattr(fn, "func", None) is not V.BLOCKED.launch:
+        if bias is None and act == "none":
+            fn(A, B, C, alpha=alpha, beta=beta)
+            return True
+        return False
+    fn(A, B, C, alpha=alpha, beta=beta, bias=bias, bias_mode=BIAS_ALONG[bias_dim] if bias is not None else 0,
+       act=act)
+    return True

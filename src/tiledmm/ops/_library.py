@@ -1,0 +1,158 @@
+"""The ``torch.ops.tiledmm`` operators: definitions, fake (meta) implementations and autograd.
+
+Defined with ``torch.library.Library`` (not ``@custom_op``, whose Python wrapper costs
+microseconds a call), with one CompositeExplicitAutograd kernel each (CPU and CUDA alike:
+``tiledmm.matmul`` moves host tensors itself), a fake implementation that only computes the
+result's shape, so ``torch.compile(fullgraph=True)`` keeps each call as one opaque node, and
+``torch.library.register_autograd`` for the backward, which calls these operators again on
+transposed views (dA = dC Bᵀ, dB = Aᵀ dC: no copies where the kernels read the strides).
+
+    tiledmm::matmul(a, b, kernel_name, precision) -> a @ b       (numpy's matmul rules)
+    tiledmm::gemm(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel_name, precision)
+        -> (y, z): y = act(alpha * a @ b + beta * c + bias); z = the pre-activation when
+           ``keep_pre`` and act is gelu/gelu_tanh/silu (their backward reads it), else empty
+    (``kernel_name``: tiledmm.matmul's ``kernel=``, named apart from inductor's own ``kernel`` argument)
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _impl
+
+LIB = torch.library.Library("tiledmm", "DEF")
+LIB.define("matmul(Tensor a, Tensor b, str? kernel_name=None, str? precision=None) -> Tensor")
+LIB.define("gemm(Tensor a, Tensor b, Tensor? c, Tensor? bias, float alpha, float beta, int bias_dim, str act, "
+           "bool keep_pre, str? kernel_name=None, str? precision=None) -> (Tensor, Tensor)")
+
+
+def _keeps(keep_pre: bool, act: str) -> bool:
+    return keep_pre and act not in ("none", "relu")
+
+
+# -- eager kernels ----------------------------------------------------------------------------------
+
+def _matmul(a, b, kernel_name=None, precision=None):
+    from ..api import matmul
+    opts = {} if precision is None else {"precision": precision}
+    return matmul(a.detach(), b.detach(), kernel=kernel_name, **opts)     # detached: no re-entry into autograd
+
+
+def _gemm(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel_name=None, precision=None):
+    d = [None if t is None else t.detach() for t in (a, b, c, bias)]
+    if _keeps(keep_pre, act):
+        z = _impl.gemm(*d, alpha, beta, bias_dim, "none", kernel_name, precision)
+        return _impl.activation(z, act), z
+    y = _impl.gemm(*d, alpha, beta, bias_dim, act, kernel_name, precision)
+    return y, a.new_empty((0,))
+
+
+LIB.impl("matmul", _matmul, "CompositeExplicitAutograd")
+LIB.impl("gemm", _gemm, "CompositeExplicitAutograd")
+
+
+# -- fake implementations: shapes only -------------------------------------------------------------
+
+@torch.library.register_fake("tiledmm::matmul", lib=LIB)
+def _matmul_fake(a, b, kernel_name=None, precision=None):
+    return a.new_empty(_impl.check(a, b, None, None, -1, "none"))
+
+
+@torch.library.register_fake("tiledmm::gemm", lib=LIB)
+def _gemm_fake(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel_name=None, precision=None):
+    res = _impl.check(a, b, c, bias, bias_dim, act)
+    return a.new_empty(res), a.new_empty(res if _keeps(keep_pre, act) else (0,))
+
+
+# -- autograd ---------------------------------------------------------------------------------------
+
+def _product(x, y, alpha: float, kernel, precision):
+    """alpha * x @ y through the operators (so a double backward works too)."""
+    if alpha == 1.0:
+        return torch.ops.tiledmm.matmul(x, y, kernel, precision)
+    return torch.ops.tiledmm.gemm(x, y, None, None, alpha, 0.0, -1, "none", False, kernel, precision)[0]
+
+
+def _mm_grads(g, a, b, alpha: float, need_a: bool, need_b: bool, kernel, precision):
+    """(dA, dB) of alpha * a @ b for the result's gradient ``g``: numpy's rules backwards
+    (1-D operands, broadcast batch dimensions summed as torch sums them)."""
+    a1 = a.unsqueeze(0) if a.dim() == 1 else a
+    b1 = b.unsqueeze(-1) if b.dim() == 1 else b
+    nbatch = max(a1.dim(), b1.dim()) - 2
+    g = g.reshape(tuple(g.shape[:nbatch]) + (a1.shape[-2], b1.shape[-1]))
+    ga = gb = None
+    if need_a:
+        ga = _product(g, b1.mT, alpha, kernel, precision)
+        if ga.shape != a1.shape:
+            ga = ga.sum_to_size(a1.shape)
+        ga = ga.reshape(a.shape)
+    if need_b:
+        if b1.dim() == 2 and a1.dim() > 2:     # the batch folded into K of one product: no reduction after
+            K, N = a1.shape[-1], b1.shape[-1]
+            gb = _product(a1.reshape(-1, K).mT, g.reshape(-1, N), alpha, kernel, precision)
+        else:
+            gb = _product(a1.mT, g, alpha, kernel, precision)
+            if gb.shape != b1.shape:
+                gb = gb.sum_to_size(b1.shape)
+        gb = gb.reshape(b.shape)
+    return ga, gb
+
+
+def _shape_only(shape):
+    """A stand-in for an operand not saved: its gradient is not needed, only its shape is read."""
+    return torch.empty(shape, device="meta")
+
+
+def _matmul_setup(ctx, inputs, output):
+    a, b, kernel, precision = inputs
+    ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
+    ctx.shapes, ctx.options = (a.shape, b.shape), (kernel, precision)
+
+
+def _matmul_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    a = a if a is not None else _shape_only(ctx.shapes[0])
+    b = b if b is not None else _shape_only(ctx.shapes[1])
+    ga, gb = _mm_grads(grad, a, b, 1.0, ctx.needs_input_grad[0], ctx.needs_input_grad[1], *ctx.options)
+    return ga, gb, None, None
+
+
+def _gemm_setup(ctx, inputs, output):
+    a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel, precision = inputs
+    y, z = output
+    keep = _keeps(keep_pre, act)
+    recompute = act not in ("none", "relu") and not keep    # gelu/silu without z: computed again in backward
+    need = ctx.needs_input_grad
+    saved_act = y if act == "relu" else (z if keep else None)
+    ctx.save_for_backward(a if need[1] or recompute else None, b if need[0] or recompute else None,
+                          c if recompute else None, bias if recompute else None, saved_act)
+    ctx.args = (alpha, beta, bias_dim, act, keep_pre, kernel, precision)
+    ctx.shapes = (a.shape, b.shape, None if c is None else c.shape, c is not None, bias is not None)
+    ctx.dtypes = (None if c is None else c.dtype, None if bias is None else bias.dtype)
+
+
+def _gemm_backward(ctx, gy, gz):
+    a, b, c, bias, saved = ctx.saved_tensors
+    alpha, beta, bias_dim, act, keep_pre, kernel, precision = ctx.args
+    a_shape, b_shape, c_shape, has_c, has_bias = ctx.shapes
+    need = ctx.needs_input_grad
+    if act not in ("none", "relu") and saved is None:
+        saved = torch.ops.tiledmm.gemm(a, b, c if has_c else None, bias, alpha, beta, bias_dim, "none", False,
+                                       kernel, precision)[0]
+    g = _impl.activation_backward(gy, act, saved)
+    if gz is not None and _keeps(keep_pre, act):
+        g = g + gz
+    a = a if a is not None else _shape_only(a_shape)
+    b = b if b is not None else _shape_only(b_shape)
+    ga, gb = _mm_grads(g, a, b, alpha, need[0], need[1], kernel, precision)
+    gc = gbias = None
+    if has_c and need[2]:
+        gc = (g * beta if beta != 1.0 else g).sum_to_size(c_shape).to(ctx.dtypes[0])
+    if has_bias and need[3]:
+        keep_dim = g.dim() + bias_dim
+        dims = tuple(d for d in range(g.dim()) if d != keep_dim)
+        gbias = g.sum(dim=dims, dtype=torch.float32).to(ctx.dtypes[1]) if dims else g.to(ctx.dtypes[1])
+    return ga, gb, gc, gbias, None, None, None, None, None, None, None
+
+
+torch.library.register_autograd("tiledmm::matmul", _matmul_backward, setup_context=_matmul_setup, lib=LIB)
+torch.library.register_autograd("tiledmm::gemm", _gemm_backward, setup_context=_gemm_setup, lib=LIB)

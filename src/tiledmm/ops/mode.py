@@ -1,0 +1,161 @@
+"""``tiledmm.enable()``: a ``TorchFunctionMode`` that sends a model's matrix products through tiledmm.
+
+Inside ``with tiledmm.enable(): model(x)``, ``torch.matmul``, ``@``, ``mm``, ``bmm``, ``addmm``,
+``baddbmm`` and ``F.linear`` (functions and Tensor methods) run as ``torch.ops.tiledmm`` operators
+-- with their autograd, so ``loss.backward()`` runs tiledmm's kernels too -- wherever tiledmm
+supports the call: torch tensors of one float dtype on the kernels' device (CUDA; the CPU in
+emulation), no ``out=``. Every other call goes to torch unchanged. ``nn.MultiheadAttention``'s
+projections are inside one torch function (``F.multi_head_attention_forward``) that the mode
+sees only as a whole: they stay in torch, and the counts say so. The mode counts what went where;
+``enable(report=True)`` prints the counts on exit, and ``summary()`` returns them.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from .. import _backend
+from .._arrays import TiledmmError
+from . import _impl
+
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _precision(dtype) -> str | None:
+    """float32 follows torch's own setting: tf32 where torch would use it for matmuls (GPU only)."""
+    if dtype != torch.float32 or _backend.emulating():
+        return None
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else None
+
+
+def _unsupported(a, b, c=None, bias=None, bias_dim=-1) -> str | None:
+    """Why tiledmm does not take this call (None: it does)."""
+    tensors = [t for t in (a, b, c, bias) if t is not None]
+    if not all(isinstance(t, torch.Tensor) for t in (a, b)):
+        return "not tensors"
+    if a.dtype not in _DTYPES or any(t.dtype != a.dtype for t in tensors):
+        return f"dtype {a.dtype}" if a.dtype not in _DTYPES else "mixed dtypes"
+    if any(t.device.type != ("cpu" if _backend.emulating() else "cuda") or t.device != a.device for t in tensors):
+        return f"device {a.device}"
+    try:
+        res = _impl.check(a, b, c, bias, bias_dim, "none")
+    except TiledmmError:
+        return "shapes"
+    if _backend.emulating() and math.prod(res) * a.shape[-1] > _backend.emulation_limit(2 ** 24):
+        return "over the emulation limit"
+    return None
+
+
+def _gemm(a, b, c=None, bias=None, alpha=1.0, beta=0.0):
+    prec = _precision(a.dtype)
+    if c is None and bias is None and alpha == 1.0:
+        return torch.ops.tiledmm.matmul(a, b, None, prec)
+    return torch.ops.tiledmm.gemm(a, b, c, bias, float(alpha), float(beta), -1, "none", False, None, prec)[0]
+
+
+def _matmul(args, kwargs, ranks=None):
+    if kwargs or len(args) != 2:
+        return None, "out= or keyword arguments"
+    a, b = args
+    why = _unsupported(a, b)
+    if why is None and ranks is not None and (a.dim(), b.dim()) != ranks:
+        why = "shapes"
+    if why is None and ranks == (3, 3) and a.shape[0] != b.shape[0]:
+        why = "shapes"
+    return (None, why) if why else (_gemm(a, b), None)
+
+
+def _addmm(args, kwargs, rank: int):
+    names = ("input", "mat1", "mat2") if rank == 2 else ("input", "batch1", "batch2")
+    kw = dict(zip(names, args))
+    kw.update(kwargs)
+    extra = set(kw) - set(names) - {"alpha", "beta"}
+    if extra or len(args) > 3:
+        return None, "out= or extra arguments"
+    c, a, b = kw.get(names[0]), kw.get(names[1]), kw.get(names[2])
+    alpha, beta = kw.get("alpha", 1), kw.get("beta", 1)
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (alpha, beta)):
+        return None, "tensor alpha/beta"
+    if not isinstance(c, torch.Tensor) or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) \
+            or a.dim() != rank or b.dim() != rank:
+        return None, "shapes"
+    as_bias = c.dim() == 1 and beta == 1 and c.shape[0] == b.shape[-1]
+    why = _unsupported(a, b, None, c) if as_bias else _unsupported(a, b, c)
+    if why:
+        return None, why
+    if as_bias:          # a bias along N: in the kernel's epilogue
+        return _gemm(a, b, None, c, alpha), None
+    return _gemm(a, b, c, None, alpha, beta), None
+
+
+def _linear(args, kwargs):
+    kw = dict(zip(("input", "weight", "bias"), args))
+    kw.update(kwargs)
+    x, w, bias = kw.get("input"), kw.get("weight"), kw.get("bias")
+    if set(kw) - {"input", "weight", "bias"} or not isinstance(w, torch.Tensor) or w.dim() != 2:
+        return None, "shapes"
+    why = _unsupported(x, w.mT, None, bias)
+    return (None, why) if why else (_gemm(x, w.mT, None, bias), None)
+
+
+_ROUTES = {
+    torch.matmul: ("matmul", _matmul), torch.Tensor.matmul: ("matmul", _matmul),
+    torch.Tensor.__matmul__: ("matmul", _matmul),
+    torch.Tensor.__rmatmul__: ("matmul", lambda args, kw: _matmul((args[1], args[0]), kw)),
+    torch.mm: ("mm", lambda args, kw: _matmul(args, kw, (2, 2))),
+    torch.Tensor.mm: ("mm", lambda args, kw: _matmul(args, kw, (2, 2))),
+    torch.bmm: ("bmm", lambda args, kw: _matmul(args, kw, (3, 3))),
+    torch.Tensor.bmm: ("bmm", lambda args, kw: _matmul(args, kw, (3, 3))),
+    torch.addmm: ("addmm", lambda args, kw: _addmm(args, kw, 2)),
+    torch.Tensor.addmm: ("addmm", lambda args, kw: _addmm(args, kw, 2)),
+    torch.baddbmm: ("baddbmm", lambda args, kw: _addmm(args, kw, 3)),
+    torch.Tensor.baddbmm: ("baddbmm", lambda args, kw: _addmm(args, kw, 3)),
+    F.linear: ("linear", _linear),
+    # one torch function whose projections run inside it, where this mode cannot see them: counted, to say so
+    F.multi_head_attention_forward: ("multi_head_attention", lambda args, kw: (None, "its projections run in torch")),
+}
+
+
+class enable(TorchFunctionMode):
+    """``with tiledmm.enable(report=False) as mode:`` -- route the model's matrix products through
+    tiledmm where it supports them (see the module's docstring); ``mode.summary()`` says what went
+    where: {op: {"tiledmm": n, "torch": n}} and the reasons for the calls left to torch."""
+
+    def __init__(self, report: bool = False):
+        super().__init__()
+        self.report = report
+        self.counts: Counter = Counter()        # (op, "tiledmm" | "torch") -> calls
+        self.reasons: Counter = Counter()       # (op, why it went to torch) -> calls
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        route = _ROUTES.get(func)
+        if route is None:
+            return func(*args, **kwargs)
+        name, handler = route
+        result, why = handler(args, kwargs)
+        if why is None:
+            self.counts[name, "tiledmm"] += 1
+            return result
+        self.counts[name, "torch"] += 1
+        self.reasons[name, why] += 1
+        return func(*args, **kwargs)
+
+    def summary(self) -> dict:
+        ops = sorted({op for op, _ in self.counts})
+        return {"calls": {op: {w: self.counts[op, w] for w in ("tiledmm", "torch")} for op in ops},
+                "to_torch": {f"{op}: {why}": n for (op, why), n in sorted(self.reasons.items())}}
+
+    def __exit__(self, *exc):
+        out = super().__exit__(*exc)
+        if self.report:
+            s = self.summary()
+            lines = ["tiledmm.enable: op       tiledmm    torch"]
+            lines += [f"                {op:<8} {c['tiledmm']:>7} {c['torch']:>8}" for op, c in s["calls"].items()]
+            lines += [f"  to torch: {k} ({n}x)" for k, n in s["to_torch"].items()]
+            print("\n".join(lines))
+        return out

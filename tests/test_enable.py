@@ -1,0 +1,72 @@
+"""tiledmm.enable(): a TorchFunctionMode routing a model's matmuls through tiledmm (forward and
+backward match torch), falling back to torch where tiledmm does not take the call, with counts."""
+from __future__ import annotations
+
+import pytest
+
+import tiledmm
+from tests.conftest import GPU
+
+torch = pytest.importorskip("torch")
+from tiledmm.ops import enable  # noqa: E402
+
+DEV = "cuda" if GPU else "cpu"
+
+
+def test_transformer_encoder_layer_forward_and_backward_match_torch():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0,
+                                             batch_first=True).to(DEV)
+    x = torch.randn(2, 5, 8, device=DEV)
+    want = layer(x)
+    want.square().sum().backward()
+    want_grads = [p.grad.clone() for p in layer.parameters()]
+    layer.zero_grad()
+    with enable() as mode:
+        got = layer(x)
+        got.square().sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for p, g in zip(layer.parameters(), want_grads):
+        torch.testing.assert_close(p.grad, g, rtol=1e-4, atol=1e-4)
+    calls = mode.summary()["calls"]
+    assert calls["linear"] == {"tiledmm": 2, "torch": 0}            # the feed-forward block
+    assert calls["multi_head_attention"] == {"tiledmm": 0, "torch": 1}   # seen whole: its projections in torch
+
+
+def test_each_routed_op_matches_torch_and_is_counted():
+    a, b = torch.randn(3, 4, device=DEV), torch.randn(4, 5, device=DEV)
+    a3, b3, c3 = torch.randn(2, 3, 4, device=DEV), torch.randn(2, 4, 5, device=DEV), torch.randn(2, 3, 5, device=DEV)
+    c, bias = torch.randn(3, 5, device=DEV), torch.randn(5, device=DEV)
+    cases = [lambda: torch.matmul(a, b), lambda: a @ b, lambda: a.mm(b), lambda: torch.bmm(a3, b3),
+             lambda: torch.addmm(c, a, b, beta=0.5, alpha=2.0), lambda: torch.addmm(bias, a, b),
+             lambda: torch.baddbmm(c3, a3, b3, alpha=-1.0), lambda: torch.nn.functional.linear(a, b.T, bias),
+             lambda: a.matmul(b), lambda: a3 @ b]
+    want = [f() for f in cases]
+    with enable() as mode:
+        got = [f() for f in cases]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    s = mode.summary()
+    assert sum(c["tiledmm"] for c in s["calls"].values()) == len(cases)
+    assert s["calls"]["addmm"] == {"tiledmm": 2, "torch": 0} and not s["to_torch"]
+
+
+def test_unsupported_calls_fall_back_to_torch(capsys):
+    ints = torch.arange(6, device=DEV).reshape(2, 3)
+    x = torch.randn(2, 3, device=DEV)
+    with enable(report=True) as mode:
+        r1 = ints @ ints.T                                   # integer dtype
+        r2 = torch.mm(x, x.T, out=torch.empty(2, 2, device=DEV))   # out=
+        with pytest.raises(RuntimeError):
+            torch.mm(x, x)                                   # torch's own error for torch's shapes
+    assert torch.equal(r1, ints @ ints.T)
+    torch.testing.assert_close(r2, x @ x.T)
+    s = mode.summary()
+    assert s["calls"]["matmul"] == {"tiledmm": 0, "torch": 1} and s["calls"]["mm"]["torch"] == 2
+    assert "matmul: dtype torch.int64" in s["to_torch"]
+    out = capsys.readouterr().out
+    assert "tiledmm.enable" in out and "to torch" in out
+
+
+def test_enable_is_exported():
+    assert tiledmm.ops.enable is enable
