@@ -84,7 +84,11 @@ def _blocked_launch(a, b, c, *, precision, alpha, beta, config, bias=None, bias_
     batch, M, K, N, sa, sb = _dims(a, b)
     flags = (("PRECISION", precision), ("HAS_BETA", beta != 0.0), ("ALPHA_ONE", alpha == 1.0),
              ("UPCAST", _upcast(a)), ("SWAP", config.get("SWAP", 0)), ("BIAS", bias_mode), ("ACT", act))
-    extra = (bias, bias.stride(0)) if bias_mode else (None, 0)
+    if bias_mode:
+        extra = (bias, bias.stride(0))
+    else:      # no bias: its two parameters fixed like the constexprs, so every runtime parameter is
+        flags += (("bias_ptr", None), ("stride_bias", 0))   # one a class launch computes (fastlaunch._ENV)
+        extra = ()
     fk = _fast(matmul_kernel, tuple(config.items()), flags)
     tiles = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])
     sc = c.stride(-3) if c.dim() >= 3 else 0
