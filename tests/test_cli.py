@@ -300,22 +300,45 @@ def _remember(tuning, key: str, choice: str) -> None:
         tuning.set_mode(mode)
 
 
-def test_tune_show_and_forget_the_store(store):
+def _triton_key(a, b, c, precision="ieee", alpha=1.0, beta=0.0) -> str:
+    """The store key the Triton family writes for these operands (its own plan_key, its own format)."""
+    from tiledmm import tuning
+    from tiledmm.kernels.block.matmul import plan_key
+    return tuning.key_of("triton", *(str(k) for k in plan_key(a, b, c, precision, alpha, beta)))
+
+
+def test_tune_show_and_forget_the_store_in_words(store):
+    import torch
     path = store.store_path()
     code, out, _ = cli("tune", "--show")
     assert code == 0 and "no tuned choices" in out and "does not exist" in out
-    _remember(store, "triton|test|(10, 10, 10)", "blocked:BLOCK_M=64")
+    a, b = torch.empty(1500, 3000), torch.empty(5000, 3000).t()        # a row-major, b transposed
+    nt = _triton_key(a, b, torch.empty(1500, 5000))
+    bf = _triton_key(torch.empty(4, 64, 64, dtype=torch.bfloat16), torch.empty(64, 64, dtype=torch.bfloat16),
+                     torch.empty(4, 64, 64, dtype=torch.bfloat16), alpha=2.0, beta=1.0)
+    _remember(store, nt, "tma-persistent:BLOCK_K=64-BLOCK_M=128")
+    _remember(store, bf, "blocked:BLOCK_M=64")
     _remember(store, "simt-autotuned|float64|(6, 6, 6)", "t64x64")
+    _remember(store, "future|x", "y")
     assert path.exists()
     code, out, err = cli("tune", "--show")
     assert code == 0, err
-    assert "2 choices" in out and f"store: {path}" in out
-    for text in ("triton|test|(10, 10, 10)", "blocked:BLOCK_M=64", "simt-autotuned|float64|(6, 6, 6)", "t64x64"):
-        assert text in out
+    assert "4 choices" in out and f"store: {path}" in out and "|" + "torch" not in out
+    rows = {ln.split("│")[1].strip() + ln.split("│")[2].strip(): [c.strip() for c in ln.strip("│").split("│")]
+            for ln in out.splitlines() if ln.startswith("│")}
+    tri = next(r for r in rows.values() if r[1] == "float32")
+    assert tri[:8] == ["triton", "float32", "ieee", "nt", "1024–2047", "4096–8191", "2048–4095", "C = A@B"], tri
+    assert tri[8].startswith("tma-persistent") and "BLOCK_K=64," in out and "BLOCK_M=128)" in out
+    bfr = next(r for r in rows.values() if r[1] == "bfloat16")
+    assert bfr[3:7] == ["nn", "64–127", "64–127", "64–127"] and bfr[7].startswith("C = αA@B + βC"), bfr
+    assert "batched" in out
+    simt = next(r for r in rows.values() if r[0] == "autotuned")
+    assert simt[1] == "float64" and simt[4:7] == ["64–127"] * 3 and simt[-1] == "t64x64"
+    assert "future|x" in out              # a key of no known format: shown as stored
     code, out, err = cli("tune", "--forget")
     assert code == 0, err
-    assert "forgetting 2 tuned choices" in out and "triton|test|(10, 10, 10)" in out and f"removed {path}" in out
-    assert not path.exists() and store.lookup("triton|test|(10, 10, 10)") is None
+    assert "forgetting 4 tuned choices" in out and "autotuned" in out and f"removed {path}" in out
+    assert not path.exists() and store.lookup(nt) is None
     code, out, _ = cli("tune", "--forget")
     assert code == 0 and "nothing to forget" in out
     path.write_text("not json")                      # a damaged store: --show says so, --forget removes it
@@ -339,14 +362,14 @@ def test_gpu_tune_tunes_remembers_and_shows(store, monkeypatch):
     monkeypatch.delenv("TILEDMM_EMULATE", raising=False)
     p = tiledmm("tune", "512x512x512", timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "tuned now" in p.stdout and "triton|" in p.stdout and "store:" in p.stdout
+    assert "tuned now" in p.stdout and "store:" in p.stdout
     doc = json.loads(store.store_path().read_text())
     assert [k for k in doc if k.startswith("triton|")], doc
     again = tiledmm("tune", "600x512x512", "1000x512x512")     # the same class (log2 buckets), a new process
     assert again.returncode == 0, again.stdout + again.stderr
     assert "remembered" in again.stdout and "tuned now" not in again.stdout
     show = tiledmm("tune", "--show")
-    assert show.returncode == 0 and "triton|" in show.stdout and f"{len(doc)} choice" in show.stdout
+    assert show.returncode == 0 and f"{len(doc)} choice" in show.stdout and "512–1023" in show.stdout
 
 
 # -- tiledmm outofcore -----------------------------------------------------------------------------

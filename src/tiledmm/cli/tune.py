@@ -72,14 +72,71 @@ def _read_store(strict: bool = True):
     return path, doc
 
 
+def _bucket(e: int) -> str:
+    """A log2 bucket of the shape class as the range of sizes it holds."""
+    return "1" if e == 0 else f"{2 ** e}–{2 ** (e + 1) - 1}"
+
+
+def _dtype(text: str) -> str:
+    return text.removeprefix("torch.")
+
+
+def describe_key(key: str) -> dict | None:
+    """A tuning store key in words: kernel, dtype, precision, layout, M/N/K ranges, form; None when the
+    key is of no format known here. Two formats: ``simt-KERNEL|dtype|(m, n, k)`` (kernels/simt/_launch.py)
+    and ``triton|`` + plan_key's 13 fields (kernels/block/matmul.py: a and c dtype, precision, a.dim,
+    b.dim, a row-major, b row-major, b column-major, c row-major, aligned, (m, n, k), alpha == 1, beta == 0)."""
+    import re
+    parts = key.split("|")
+    cls = next((i for i, p in enumerate(parts) if re.fullmatch(r"\(\d+, \d+, \d+\)", p)), None)
+    if cls is None:
+        return None
+    m, n, k = (int(x) for x in re.findall(r"\d+", parts[cls]))
+    out = {"kernel": None, "dtype": None, "precision": "–", "layout": "–", "M": _bucket(m), "N": _bucket(n),
+           "K": _bucket(k), "form": "–"}
+    if parts[0].startswith("simt-") and len(parts) == 3 and cls == 2:
+        out.update(kernel=parts[0][5:], dtype=_dtype(parts[1]), form="C = A@B (2-D)")
+        return out
+    if parts[0] == "triton" and len(parts) == 14 and cls == 11:
+        adt, cdt, prec, adim, bdim, arow, brow, bcol, crow, aligned, _, alpha1, beta0 = parts[1:]
+        a = "n" if arow == "True" else "t"
+        b = "n" if brow == "True" else ("t" if bcol == "True" else "s")
+        batched = adim == "3" or bdim == "3"
+        form = ("C = A@B" if alpha1 == "True" and beta0 == "True" else
+                "C = αA@B" if beta0 == "True" else "C = αA@B + βC")
+        out.update(kernel="triton", dtype=_dtype(adt) + ("" if cdt == adt else f" → {_dtype(cdt)}"), precision=prec,
+                   layout=a + b + ("" if crow == "True" else ", C strided"),
+                   form=form + (", batched" if batched else "") + ("" if aligned == "True" else ", unaligned"))
+        return out
+    return None
+
+
+def _store_rows(doc: dict) -> list[tuple]:
+    rows = []
+    for key, choice in sorted(doc.items()):
+        d = describe_key(key)
+        if d is None:      # a format this CLI does not know: shown as stored
+            rows.append((key, "–", "–", "–", "–", "–", "–", "–", str(choice)))
+            continue
+        variant, _, cfg = str(choice).partition(":")
+        words = f"{variant} ({cfg.replace('-', ', ')})" if cfg else variant
+        rows.append((d["kernel"], d["dtype"], d["precision"], d["layout"], d["M"], d["N"], d["K"], d["form"], words))
+    return rows
+
+
+STORE_COLUMNS = ("kernel", "dtype", "precision", "layout", "M", "N", "K", "form", "chosen")
+
+
 def _show_store() -> None:
     path, doc = _read_store()
     if not doc:
         console.print(escape(f"no tuned choices stored for this GPU and these library versions "
                              f"({path} {'is empty' if doc == {} else 'does not exist'})"), soft_wrap=True)
         return
-    table(f"tuning store: {len(doc)} choice{'s' * (len(doc) != 1)}", ("key", "choice"), sorted(doc.items()),
-          fold=("key", "choice"))
+    table(f"tuning store: {len(doc)} choice{'s' * (len(doc) != 1)}", STORE_COLUMNS, _store_rows(doc),
+          fold=("kernel", "chosen"))
+    console.print("layout: A's then B's storage (n row-major, t transposed, s other strides); M, N, K: the "
+                  "class's range of sizes (C is MxN, K the inner dimension)", soft_wrap=True)
     console.print(escape(f"store: {path}"), soft_wrap=True)
 
 
@@ -90,8 +147,8 @@ def _forget_store() -> None:
         console.print(escape(f"nothing to forget: {path} does not exist"), soft_wrap=True)
         return
     if doc:
-        table(f"forgetting {len(doc)} tuned choice{'s' * (len(doc) != 1)}", ("key", "choice"), sorted(doc.items()),
-              fold=("key", "choice"))
+        table(f"forgetting {len(doc)} tuned choice{'s' * (len(doc) != 1)}", STORE_COLUMNS, _store_rows(doc),
+              fold=("kernel", "chosen"))
     path.unlink()
     tuning.forget()
     console.print(escape(f"removed {path}"), soft_wrap=True)
