@@ -153,9 +153,7 @@ def bench(suite: Optional[List[str]] = typer.Option(
         raise TiledmmError(f"--out {out}: cannot create or write it ({base} is not a writable folder)")
     points = B.plan(suites, precs, kernels, tile)
     if not points:
-        where = "in emulation (no GPU): SIMT kernels up to 64^3 multiply-adds, triton up to 2^24" if not gpu else ""
-        raise TiledmmError(f"nothing to run: no kernel of {kernels} runs suite(s) {suites} in {precs} {where}; "
-                           + ("try --suite emulation, or a GPU" if not gpu else "choose other kernels"))
+        raise TiledmmError(_nothing_to_run(suites, precs, kernels, tile, gpu))
     rows = _run_points(points, repeats=repeats if gpu else 1, warmup=warmup, seed=seed)
     env = environment()
     peaks = tuned = None
@@ -169,20 +167,27 @@ def bench(suite: Optional[List[str]] = typer.Option(
     table("geometric mean x cuBLAS", ("suite", "prec", "kernel", "geomean", "n"),
           [(s["suite"], s["precision"], s["kernel"], fmt(s["geomean_vs_cublas"], ".3f"), s["n"])
            for s in B.summary(rows)], right=("geomean", "n"))
-    for k, v in (tuned or {}).get("variants", {}).items():
-        console.print(escape(f"triton variant for {k}: {v}"))
     console.print(escape("wrote " + ", ".join(map(str, paths))))
     if not all(r["ok"] for r in rows):
         raise typer.Exit(1)
 
 
+def _nothing_to_run(suites: list, precs: list, kernels: list, tile, gpu: bool) -> str:
+    """Why a bench plan is empty, and what would run: the suggestions never repeat what was asked."""
+    from .. import registry
+    simt = [k for k in kernels if registry.get(k).family == "simt"]
+    head = f"nothing to run: no kernel of {kernels} runs suite(s) {suites} in {precs}"
+    if simt and len(simt) == len(kernels) and "fp32" not in precs:
+        return (f"{head}: the bench runs SIMT kernels in fp32 only; add -p fp32, or run "
+                f"`tiledmm run --dtype float64 -k {simt[0]}` for float64")
+    reasons = sorted({why for s in suites for shape in B.SUITES[s] for p in precs for k in kernels
+                      for t in B.tiles_for(k, tile) if (why := B.why_not(B.Point(s, shape, p, k, t)))})
+    hint = "; try --suite emulation" if not gpu and "emulation" not in suites else ""
+    return f"{head} ({reasons[0]}{f' and {len(reasons) - 1} more reasons' if len(reasons) > 1 else ''}){hint}"
+
+
 def _triton_choices() -> dict:
-    """What the Triton autotuners chose, for bench.json (empty where the block family says nothing)."""
-    try:
-        from ..kernels.block import matmul as blk
-    except ImportError:
-        return {}
-    return {name: getattr(blk, fn)() for name, fn in (("configs", "tuned_configs"), ("variants", "variant_choices"))
-            if hasattr(blk, fn)}
-
-
+    """What the Triton family's tuner chose in this process or read from the store, for bench.json:
+    {"configs": {tuning key: "variant:config"}} (``tiledmm tune --show`` prints the store in words)."""
+    from .. import tuning
+    return {"configs": {k: v for k, v in tuning.remembered().items() if k.startswith("triton|")}}
