@@ -505,3 +505,18 @@ def test_cli_modules_are_small_and_import_no_click():
             assert not any(x.split(".")[0] == "click" for x in names), f"{f.name} imports click"
             if f.name == "cli_dist.py" and isinstance(n, ast.ImportFrom):
                 assert not (n.module or "").startswith("cli"), "cli_dist imports the CLI back: a cycle"
+
+
+def test_emulate_on_a_gpu_machine_reruns_the_command_in_a_fresh_emulated_process(monkeypatch):
+    """import tiledmm fixed the mode: on a GPU, --emulate runs the command again in a new process."""
+    import subprocess as sp
+    from tiledmm import _backend
+    calls = []
+    monkeypatch.setattr(_backend, "decide", lambda: "gpu")
+    monkeypatch.setattr(sp, "call", lambda argv, env: calls.append((argv, env)) or 7)
+    monkeypatch.setattr(sys, "argv", ["tiledmm", "--emulate", "trace", "-s", "4x4x4"])
+    monkeypatch.delenv("TILEDMM_EMULATE", raising=False)
+    code, _, _ = cli("--emulate", "trace", "-s", "4x4x4")
+    assert code == 7
+    [(argv, env)] = calls
+    assert argv == [sys.executable, "-m", "tiledmm", "trace", "-s", "4x4x4"] and env["TILEDMM_EMULATE"] == "1"
