@@ -1,8 +1,7 @@
-"""The command line, as a user runs it: results, messages for every bad input, the README's commands."""
+"""The command line, as a user runs it: results, messages for every bad input, the help text."""
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -16,13 +15,15 @@ from tiledmm.cli import app
 
 from .conftest import GPU
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
 
 
 def tiledmm(*args, timeout=300):
     """A fresh process, as a user's shell runs it (banner on)."""
     env = dict(os.environ, TILEDMM_QUIET="0", COLUMNS="200")
-    return subprocess.run([sys.executable, "-m", "tiledmm.cli", *args], capture_output=True, text=True,
+    for var in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET"):    # what this process's tiledmm set for itself
+        env.pop(var, None)
+    return subprocess.run([sys.executable, "-m", "tiledmm", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
@@ -69,13 +70,29 @@ def test_version_and_help():
         assert s in out
     cmd = typer.main.get_command(app)
     for name, c in cmd.commands.items():
-        if c.callback.__module__ != "tiledmm.cli":
-            continue        # commands other modules register (tiledmm dist) are their owners' to test
         for p in c.params:
             if p.name != "help":
                 assert p.help, f"tiledmm {name} {p.opts}: no help text"
-        code, out, _ = cli(name, "--help")
-        assert code == 0 and "<list[" not in out and not re.search(r"--json\s+<bool>", out), out
+
+
+@pytest.mark.parametrize("command", [None, "run", "bench", "dist", "tune", "outofcore", "trace", "occupancy"])
+def test_help_has_no_type_tags_and_breaks_no_word(command):
+    """--help at 80 columns: no '<bool>'/'<list[...]>' tags, and every word of every option's help is
+    whole somewhere in it (a word wrapped mid-word is not)."""
+    args = ([command] if command else []) + ["--help"]
+    r = CliRunner().invoke(app, args, env={"COLUMNS": "80"}, terminal_width=80)
+    assert r.exit_code == 0, r.output
+    assert "<bool>" not in r.output and "<list[" not in r.output and "<int>" not in r.output, r.output
+    tokens = set(r.output.split())
+    cmd = typer.main.get_command(app)
+    target = cmd.commands[command] if command else cmd
+    for p in target.params:
+        if getattr(p, "hidden", False):
+            continue
+        for word in (p.help or "").split():
+            assert word in tokens, f"tiledmm {command} --help: {word!r} broken or missing:\n{r.output}"
+        if getattr(p, "metavar", None):
+            assert p.metavar in tokens, (p.metavar, r.output)
 
 
 def test_rich_markup_is_not_eaten():
@@ -174,6 +191,19 @@ BAD = [
     (["outofcore", "-s", "500x500x500"], "emulation limit", True),
     (["outofcore", "-s", "64x48x80", "--pinned"], "needs a GPU", True),
     (["outofcore", "-s", "64x48x80", "-k", "cublas"], "needs a GPU", True),
+    (["dist", "-s", "0x0x0"], "positive integers", False),
+    (["dist", "-s", "64x48"], "JxKxL", False),
+    (["dist", "-s", "500x500x500"], "over the emulation limit", True),
+    (["dist", "--panel", "-1"], "--panel must be > 0", False),
+    (["dist", "--chunks", "0"], "--chunks must be > 0", False),
+    (["dist", "--nproc", "0"], "--nproc must be > 0", False),
+    (["dist", "--backend", "bogus"], "--backend 'bogus': choose nccl or gloo", False),
+    (["dist", "--backend", "nccl"], "needs GPUs", True),
+    (["dist", "--nproc", "64"], "--nproc 64: without a GPU", True),
+    (["dist", "--algo", "cannon"], "--algo 'cannon'", False),
+    (["dist", "--dtype", "int8"], "--dtype 'int8'", False),
+    (["dist", "--gemm", "nope"], "--gemm 'nope'", False),
+    (["dist", "--gemm", "tiled", "--dtype", "bfloat16"], "supports dtypes", False),
 ]
 
 
@@ -182,7 +212,7 @@ def test_bad_input_is_one_message_and_an_error_exit(args, msg, cpu_only, tmp_pat
     if cpu_only and GPU:
         pytest.skip("a CPU machine's refusal")
     args = [_bench_json(tmp_path, True) if a == "EMULATED" else a for a in args]
-    monkeypatch.chdir(README.parent)
+    monkeypatch.chdir(ROOT)
     code, out, err = cli(*args)
     assert code == 2, (code, out, err)
     assert "Traceback" not in out + err
@@ -196,56 +226,6 @@ def test_roofline_places_measured_points(tmp_path):
     code, o, e = cli("roofline", "--profile", "h100", "--bench", _bench_json(tmp_path, False), "--out", str(out))
     assert code == 0, o + e
     assert out.stat().st_size > 10000
-
-
-def readme_commands() -> list[tuple[str, bool]]:
-    """Every `tiledmm ...` command in README.md's code blocks, and whether it is marked '# GPU'."""
-    cmds = []
-    for block in re.findall(r"```[a-z]*\n(.*?)```", README.read_text(), re.S):
-        for line in block.splitlines():
-            code, _, comment = line.partition("#")
-            for part in code.split("&&"):
-                part = part.strip()
-                if part.startswith("tiledmm "):
-                    cmds.append((part, "GPU" in comment))
-                elif part == "tiledmm":
-                    cmds.append((part, "GPU" in comment))
-    return cmds
-
-
-def test_readme_has_commands():
-    cmds = [c for c, _ in readme_commands()]
-    for sub in ("run", "bench", "kernels", "device", "occupancy", "model", "burst", "trace", "explain", "roofline",
-                "claims", "tune", "outofcore", "--version"):
-        assert any(c.split()[1:2] == [sub] or f" {sub}" in c for c in cmds), f"README shows no `tiledmm {sub}`"
-
-
-@pytest.fixture(scope="module")
-def readme_dir(tmp_path_factory):
-    """One folder for all of the README's commands, in order: what one writes (bench-out), a later one reads."""
-    d = tmp_path_factory.mktemp("readme")
-    (d / "docs").mkdir()
-    return d
-
-
-# on a GPU these re-run themselves in emulation from sys.argv (pytest's here): a process of their own
-REEXEC = {"trace", "explain", "claims", "--emulate"}
-
-
-@pytest.mark.parametrize("command,gpu", readme_commands(), ids=[c for c, _ in readme_commands()])
-def test_readme_command_runs(command, gpu, readme_dir, monkeypatch):
-    if gpu and not GPU:
-        pytest.skip("marked '# GPU' in the README")
-    monkeypatch.chdir(readme_dir)
-    monkeypatch.delenv("TILEDMM_EMULATE", raising=False)    # --emulate sets it in this process: undone after
-    args = shlex.split(command)[1:]
-    if GPU and REEXEC & set(args):
-        p = tiledmm(*args)
-        code, out, err = p.returncode, p.stdout, p.stderr
-    else:
-        code, out, err = cli(*args)
-    assert code == 0, f"{command}: {out}{err}"
-    assert "Traceback" not in out + err
 
 
 @pytest.mark.skipif(GPU, reason="the emulated bench; the GPU bench is run by scripts/device_check.sh")
@@ -300,22 +280,45 @@ def _remember(tuning, key: str, choice: str) -> None:
         tuning.set_mode(mode)
 
 
-def test_tune_show_and_forget_the_store(store):
+def _triton_key(a, b, c, precision="ieee", alpha=1.0, beta=0.0) -> str:
+    """The store key the Triton family writes for these operands (its own plan_key, its own format)."""
+    from tiledmm import tuning
+    from tiledmm.kernels.block.matmul import plan_key
+    return tuning.key_of("triton", *(str(k) for k in plan_key(a, b, c, precision, alpha, beta)))
+
+
+def test_tune_show_and_forget_the_store_in_words(store):
+    import torch
     path = store.store_path()
     code, out, _ = cli("tune", "--show")
     assert code == 0 and "no tuned choices" in out and "does not exist" in out
-    _remember(store, "triton|test|(10, 10, 10)", "blocked:BLOCK_M=64")
+    a, b = torch.empty(1500, 3000), torch.empty(5000, 3000).t()        # a row-major, b transposed
+    nt = _triton_key(a, b, torch.empty(1500, 5000))
+    bf = _triton_key(torch.empty(4, 64, 64, dtype=torch.bfloat16), torch.empty(64, 64, dtype=torch.bfloat16),
+                     torch.empty(4, 64, 64, dtype=torch.bfloat16), alpha=2.0, beta=1.0)
+    _remember(store, nt, "tma-persistent:BLOCK_K=64-BLOCK_M=128")
+    _remember(store, bf, "blocked:BLOCK_M=64")
     _remember(store, "simt-autotuned|float64|(6, 6, 6)", "t64x64")
+    _remember(store, "future|x", "y")
     assert path.exists()
     code, out, err = cli("tune", "--show")
     assert code == 0, err
-    assert "2 choices" in out and f"store: {path}" in out
-    for text in ("triton|test|(10, 10, 10)", "blocked:BLOCK_M=64", "simt-autotuned|float64|(6, 6, 6)", "t64x64"):
-        assert text in out
+    assert "4 choices" in out and f"store: {path}" in out and "|" + "torch" not in out
+    rows = {ln.split("│")[1].strip() + ln.split("│")[2].strip(): [c.strip() for c in ln.strip("│").split("│")]
+            for ln in out.splitlines() if ln.startswith("│")}
+    tri = next(r for r in rows.values() if r[1] == "float32")
+    assert tri[:8] == ["triton", "float32", "ieee", "nt", "1024–2047", "4096–8191", "2048–4095", "C = A@B"], tri
+    assert tri[8].startswith("tma-persistent") and "BLOCK_K=64," in out and "BLOCK_M=128)" in out
+    bfr = next(r for r in rows.values() if r[1] == "bfloat16")
+    assert bfr[3:7] == ["nn", "64–127", "64–127", "64–127"] and bfr[7].startswith("C = αA@B + βC"), bfr
+    assert "batched" in out
+    simt = next(r for r in rows.values() if r[0] == "autotuned")
+    assert simt[1] == "float64" and simt[4:7] == ["64–127"] * 3 and simt[-1] == "t64x64"
+    assert "future|x" in out              # a key of no known format: shown as stored
     code, out, err = cli("tune", "--forget")
     assert code == 0, err
-    assert "forgetting 2 tuned choices" in out and "triton|test|(10, 10, 10)" in out and f"removed {path}" in out
-    assert not path.exists() and store.lookup("triton|test|(10, 10, 10)") is None
+    assert "forgetting 4 tuned choices" in out and "autotuned" in out and f"removed {path}" in out
+    assert not path.exists() and store.lookup(nt) is None
     code, out, _ = cli("tune", "--forget")
     assert code == 0 and "nothing to forget" in out
     path.write_text("not json")                      # a damaged store: --show says so, --forget removes it
@@ -339,14 +342,14 @@ def test_gpu_tune_tunes_remembers_and_shows(store, monkeypatch):
     monkeypatch.delenv("TILEDMM_EMULATE", raising=False)
     p = tiledmm("tune", "512x512x512", timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert "tuned now" in p.stdout and "triton|" in p.stdout and "store:" in p.stdout
+    assert "tuned now" in p.stdout and "store:" in p.stdout
     doc = json.loads(store.store_path().read_text())
     assert [k for k in doc if k.startswith("triton|")], doc
     again = tiledmm("tune", "600x512x512", "1000x512x512")     # the same class (log2 buckets), a new process
     assert again.returncode == 0, again.stdout + again.stderr
     assert "remembered" in again.stdout and "tuned now" not in again.stdout
     show = tiledmm("tune", "--show")
-    assert show.returncode == 0 and "triton|" in show.stdout and f"{len(doc)} choice" in show.stdout
+    assert show.returncode == 0 and f"{len(doc)} choice" in show.stdout and "512–1023" in show.stdout
 
 
 # -- tiledmm outofcore -----------------------------------------------------------------------------
@@ -422,3 +425,98 @@ def test_gpu_outofcore_forced_budget(dtype, pinned):
     assert row[1] == f"{dtype} {'pinned' if pinned else 'numpy'}" and row[8] == "ok"
     done, total = map(int, row[3].split("/"))
     assert done == total > 4
+
+
+# -- the newcomer's failures (issue 21 items 6 and 7) -------------------------------------------------
+def test_a_string_tile_is_named_a_string():
+    import numpy as np
+    import tiledmm
+    a = np.ones((4, 4), np.float32)
+    with pytest.raises(tiledmm.TiledmmError, match=r"tile='16' is a str: give a whole number \(e\.g\. tile=16\)"):
+        tiledmm.matmul(a, a, kernel="tiled", tile="16")
+    with pytest.raises(tiledmm.TiledmmError, match="tile=8.0 is a float"):
+        tiledmm.matmul(a, a, kernel="tiled", tile=8.0)
+    assert (tiledmm.matmul(a, a, kernel="tiled", tile=np.int64(2)) == 4).all()    # numpy integers are whole
+
+
+@pytest.mark.skipif(GPU, reason="the emulation limit")
+def test_a_bad_emulation_limit_names_the_variable(monkeypatch):
+    monkeypatch.setenv("TILEDMM_EMULATION_LIMIT", "abc")
+    code, out, err = cli("run", "-s", "4x4x4", "-k", "tiled")
+    assert code == 2 and err.startswith("error: TILEDMM_EMULATION_LIMIT='abc'") and err.count("\n") == 1, err
+    monkeypatch.setenv("TILEDMM_EMULATION_LIMIT", "1_000_000")
+    assert cli("run", "-s", "70x70x70", "-k", "tiled", "-t", "8")[0] == 0
+
+
+@pytest.mark.skipif(GPU, reason="the emulated bench")
+def test_bench_fp64_simt_says_why_without_suggesting_the_suite_in_use():
+    code, out, err = cli("bench", "-p", "fp64", "-k", "tiled")
+    assert code == 2 and err.count("\n") == 1, err
+    assert "fp32 only" in err and "tiledmm run --dtype float64 -k tiled" in err and "--suite emulation" not in err
+
+
+def test_bench_prints_no_debugging_lines(tmp_path):
+    code, out, err = cli("bench", "-k", "triton", "-p", "fp32", "--out", str(tmp_path))
+    assert code == 0, out + err
+    assert "variant for" not in out + err and "{" not in out
+
+
+@pytest.mark.parametrize("kernel", ["naive", "tiled", "autotuned"])
+def test_nan_inputs_leak_no_runtime_warnings(kernel):
+    import warnings
+
+    import numpy as np
+    import tiledmm
+    a = np.ones((5, 6), np.float32)
+    a[0, 0], a[1, 1] = np.nan, np.inf
+    b = np.ones((6, 3), np.float32)
+    b[2, 2] = -np.inf
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        p = tiledmm.matmul(a, b, kernel=kernel)
+    assert np.isnan(p[0]).all() and np.isinf(p[1, :2]).all() and np.isnan(p[1, 2])
+    assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]
+
+
+@pytest.mark.skipif(GPU, reason="the emulation banner")
+def test_banner_says_why_truly_and_dist_prints_it_once():
+    p = tiledmm("run", "-s", "3x3x3", "-k", "naive")
+    assert p.returncode == 0 and p.stderr.count("no CUDA GPU found") == 1 and "asked for" not in p.stderr
+    env = dict(os.environ, TILEDMM_QUIET="0", NUMBA_ENABLE_CUDASIM="1")
+    env.pop("TILEDMM_EMULATE", None)
+    q = subprocess.run([sys.executable, "-m", "tiledmm", "run", "-s", "3x3x3", "-k", "naive"], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert q.returncode == 0 and "NUMBA_ENABLE_CUDASIM=1 is set" in q.stderr and "asked for" not in q.stderr
+    d = tiledmm("dist", "--nproc", "2", "-s", "8x6x4", "--no-time")
+    assert d.returncode == 0, d.stdout + d.stderr
+    assert d.stderr.count("kernels run in emulation") == 1 and "asked for" not in d.stderr, d.stderr
+    assert "summa" in d.stdout and "ok" in d.stdout
+
+
+def test_cli_modules_are_small_and_import_no_click():
+    import ast
+    pkg = ROOT / "src" / "tiledmm" / "cli"
+    for f in [*pkg.glob("*.py"), ROOT / "src" / "tiledmm" / "cli_dist.py"]:
+        text = f.read_text()
+        assert len(text.splitlines()) < 600, f
+        for n in ast.walk(ast.parse(text)):
+            names = [a.name for a in n.names] if isinstance(n, ast.Import) else \
+                [n.module or ""] if isinstance(n, ast.ImportFrom) else []
+            assert not any(x.split(".")[0] == "click" for x in names), f"{f.name} imports click"
+            if f.name == "cli_dist.py" and isinstance(n, ast.ImportFrom):
+                assert not (n.module or "").startswith("cli"), "cli_dist imports the CLI back: a cycle"
+
+
+def test_emulate_on_a_gpu_machine_reruns_the_command_in_a_fresh_emulated_process(monkeypatch):
+    """import tiledmm fixed the mode: on a GPU, --emulate runs the command again in a new process."""
+    import subprocess as sp
+    from tiledmm import _backend
+    calls = []
+    monkeypatch.setattr(_backend, "decide", lambda: "gpu")
+    monkeypatch.setattr(sp, "call", lambda argv, env: calls.append((argv, env)) or 7)
+    monkeypatch.setattr(sys, "argv", ["tiledmm", "--emulate", "trace", "-s", "4x4x4"])
+    monkeypatch.delenv("TILEDMM_EMULATE", raising=False)
+    code, _, _ = cli("--emulate", "trace", "-s", "4x4x4")
+    assert code == 7
+    [(argv, env)] = calls
+    assert argv == [sys.executable, "-m", "tiledmm", "trace", "-s", "4x4x4"] and env["TILEDMM_EMULATE"] == "1"

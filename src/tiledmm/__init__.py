@@ -1,8 +1,12 @@
 """tiledmm: tiled matrix multiplication on NVIDIA GPUs, from the lectures' kernel to cuBLAS speed."""
-from ._arrays import TiledmmError
-from ._backend import emulating
-from . import registry
-from .api import kernel_names, matmul
+from . import _backend
+
+_backend.decide()   # GPU or emulation, before anything below imports numba or Triton (they read it at import)
+
+from ._arrays import TiledmmError  # noqa: E402
+from ._backend import emulating  # noqa: E402
+from . import registry  # noqa: E402
+from .api import kernel_names, matmul  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["matmul", "kernel_names", "registry", "emulating", "TiledmmError", "__version__"]

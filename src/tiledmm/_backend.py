@@ -1,7 +1,7 @@
 """Where kernels run: a real CUDA GPU, or emulation on the CPU.
 
-The choice is made once per process, before numba or triton is imported, because
-both read their emulation switches at import time:
+The choice is made once per process, by ``decide`` (``import tiledmm`` calls it before
+anything imports numba or triton), because both read their emulation switches at import time:
 
 * numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) runs the SIMT kernels one
   Python thread per CUDA thread; it bounds-checks every access and names the
@@ -20,6 +20,8 @@ import sys
 
 _TRUE = ("1", "true", "yes", "on")
 _mode: str | None = None
+_why = ""
+_announced = False
 
 
 def _driver_device_count() -> int:
@@ -38,29 +40,43 @@ def _driver_device_count() -> int:
     return 0
 
 
-def mode() -> str:
-    """``"gpu"`` or ``"emulation"``; decided on first call and fixed for the process."""
-    global _mode
+def decide() -> str:
+    """Choose ``"gpu"`` or ``"emulation"`` once for the process and set numba's and Triton's switches;
+    ``import tiledmm`` calls this first, before anything imports numba or Triton. Prints nothing."""
+    global _mode, _why
     if _mode is None:
         # small toy launches are the point of the lectures' examples: no occupancy nagging
         os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
-        forced = os.environ.get("TILEDMM_EMULATE", "").lower() in _TRUE
-        forced = forced or os.environ.get("NUMBA_ENABLE_CUDASIM", "") == "1"
-        if forced or _driver_device_count() == 0:
-            _mode = "emulation"
-            os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-            os.environ["TRITON_INTERPRET"] = "1"
-            if "numba" in sys.modules and not _numba_in_simulator():
-                raise RuntimeError(
-                    "tiledmm: numba was imported before tiledmm without NUMBA_ENABLE_CUDASIM=1, "
-                    "and no CUDA GPU is usable; import tiledmm first or set NUMBA_ENABLE_CUDASIM=1")
-            if os.environ.get("TILEDMM_QUIET", "").lower() not in _TRUE:
-                why = "asked for (TILEDMM_EMULATE)" if forced else "no CUDA GPU found"
-                print(f"tiledmm: {why}; kernels run in emulation (numba CUDA simulator, "
-                      f"Triton interpreter): correct but slow, toy sizes only", file=sys.stderr)
+        if os.environ.get("TILEDMM_EMULATE", "").lower() in _TRUE:
+            why = "asked for (TILEDMM_EMULATE)"
+        elif os.environ.get("NUMBA_ENABLE_CUDASIM", "") == "1":
+            why = "NUMBA_ENABLE_CUDASIM=1 is set"
+        elif _driver_device_count() == 0:
+            why = "no CUDA GPU found"
         else:
             _mode = "gpu"
+            return _mode
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        os.environ["TRITON_INTERPRET"] = "1"
+        if "numba" in sys.modules and not _numba_in_simulator():
+            raise RuntimeError(
+                "tiledmm: numba was imported before tiledmm without NUMBA_ENABLE_CUDASIM=1, "
+                "and no CUDA GPU is usable; import tiledmm first or set NUMBA_ENABLE_CUDASIM=1")
+        _mode, _why = "emulation", why
     return _mode
+
+
+def mode() -> str:
+    """``"gpu"`` or ``"emulation"`` (see ``decide``); the first call in emulation says so on stderr,
+    once, unless TILEDMM_QUIET is set."""
+    global _announced
+    m = decide()
+    if m == "emulation" and not _announced:
+        _announced = True
+        if os.environ.get("TILEDMM_QUIET", "").lower() not in _TRUE:
+            print(f"tiledmm: {_why}; kernels run in emulation (numba CUDA simulator, "
+                  f"Triton interpreter): correct but slow, toy sizes only", file=sys.stderr)
+    return m
 
 
 def emulating() -> bool:
@@ -86,4 +102,15 @@ def torch_device() -> str:
 
 def emulation_limit(kernel_limit: int) -> int:
     """Most multiply-adds a kernel may take in emulation; TILEDMM_EMULATION_LIMIT overrides."""
-    return int(os.environ.get("TILEDMM_EMULATION_LIMIT", kernel_limit))
+    text = os.environ.get("TILEDMM_EMULATION_LIMIT")
+    if text is None or not text.strip():
+        return kernel_limit
+    try:
+        limit = int(text.strip().replace("_", ""))
+    except ValueError:
+        limit = 0
+    if limit < 1:
+        from ._arrays import TiledmmError
+        raise TiledmmError(f"TILEDMM_EMULATION_LIMIT={text!r}: write a positive whole number of "
+                           f"multiply-adds (e.g. {kernel_limit}), or unset it")
+    return limit

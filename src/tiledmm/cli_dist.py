@@ -1,20 +1,14 @@
-"""``tiledmm dist``: start N ranks on this machine, run a distributed GEMM, check it, time it.
-
-Also the job the tests and scripts/bench_distributed.py run inside each rank
-(``run_case``), and ``launch`` (spawn N ranks with a torchrun-like environment).
+"""What ``tiledmm dist`` runs: ``launch`` (spawn N local ranks with a torchrun-like environment) and
+``run_case`` (the job inside each rank: build, distribute, multiply, check against float64, time).
+The tests and scripts/bench_distributed.py use them too; the command itself is tiledmm.cli.dist.
 """
 from __future__ import annotations
 
 import json
 import os
 import socket
-import sys
 import tempfile
 from typing import List, Optional
-
-import typer
-
-from .cli import app, command, console  # noqa: F401  (app: the command registers on it)
 
 # NVLink multicast (NVLS) stays off in every process (DEVELOPERS.md): forced, not defaulted
 FORCED_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -55,6 +49,7 @@ def launch(nproc: int, cases: list, *, backend: Optional[str] = None) -> list:
 
 def _rank_main(rank: int, nproc: int, backend: str, cases: list, outdir: str) -> None:
     force_env()
+    os.environ["TILEDMM_QUIET"] = "1"       # the parent said whether kernels run in emulation, once
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(nproc), "LOCAL_RANK": str(rank),
                        "LOCAL_WORLD_SIZE": str(nproc)})
     import torch
@@ -214,79 +209,3 @@ def _time_collective(fn, time_calls, nccl: bool) -> float:
     ms = torch.tensor([time_calls(fn, batches=5, per_batch=per, warmup=1)], dtype=torch.float64, device=dev)
     dist.all_reduce(ms, op=dist.ReduceOp.MAX)
     return float(ms[0])
-
-
-def _parse_shape(text: str) -> tuple:
-    try:
-        dims = tuple(int(x) for x in text.lower().split("x"))
-    except ValueError:
-        dims = ()
-    if len(dims) != 3 or min(dims) < 1:
-        raise typer.BadParameter(f"shape {text!r}: write JxKxL, e.g. 4096x4096x4096")
-    return dims
-
-
-def dist_cmd(nproc: int = typer.Option(2, "--nproc", "-n", help="Ranks to start on this machine (one per GPU)."),
-             shape: List[str] = typer.Option(["64x48x40"], "--shape", "-s", metavar="JxKxL",
-                                             help="Repeatable. C (JxL) = A (JxK) @ B (KxL), the whole product."),
-             dtype: str = typer.Option("float32", help="float32, float64, bfloat16 or float16."),
-             algo: List[str] = typer.Option(["summa"], "--algo", "-a", help="summa, allgather or reducescatter; repeatable."),
-             gemm: str = typer.Option("tiledmm", help="Local GEMM: tiledmm (default kernel), torch, or a kernel name with options after a colon (triton:variant=blocked)."),
-             chunks: int = typer.Option(2, help="Row chunks for allgather / reducescatter."),
-             panel: Optional[int] = typer.Option(None, help="SUMMA K-panel width (default: the block's K range)."),
-             backend: Optional[str] = typer.Option(None, help="nccl or gloo (default: nccl with enough GPUs)."),
-             timing: bool = typer.Option(True, "--time/--no-time", help="Time it and its baseline (time_calls)."),
-             as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")):
-    """Distributed GEMM on N local ranks (torch.distributed): check against float64, time, print."""
-    from ._arrays import TiledmmError
-    if nproc < 1:
-        raise TiledmmError(f"--nproc must be at least 1; got {nproc}")
-    for a in algo:
-        if a not in ALGOS:
-            raise TiledmmError(f"--algo {a!r}: choose from {', '.join(ALGOS)}")
-    if dtype not in TOL:
-        raise TiledmmError(f"--dtype {dtype!r}: choose from {', '.join(TOL)}")
-    _check_gemm(gemm)
-    be = backend or default_backend(nproc)
-    if be == "nccl":
-        import torch
-        if torch.cuda.device_count() < nproc:
-            raise TiledmmError(f"--nproc {nproc} with nccl needs {nproc} GPUs; {torch.cuda.device_count()} visible")
-    cases = [dict(algo=a, shape=_parse_shape(s), dtype=dtype, gemm=gemm, chunks=chunks, panel=panel,
-                  time_it=timing, baseline=timing) for s in shape for a in algo]
-    results = launch(nproc, cases, backend=be)
-    if as_json:
-        print(json.dumps(results, indent=1))
-    else:
-        from rich.table import Table
-        t = Table(title=f"tiledmm dist — {nproc} ranks, {be}")
-        cols = ("algo", "ranks", "shape", "dtype", "ms", "TFLOP/s per rank", "baseline ms", "x baseline",
-                "baseline", "rel err", "check")
-        for col in cols:
-            t.add_column(col, justify="left" if col in ("algo", "dtype", "baseline", "check") else "right")
-        for r in results:
-            t.add_row(r["algo"] + (f" {r['grid'][0]}x{r['grid'][1]}" if r.get("grid") else ""), str(r["nproc"]),
-                      "x".join(map(str, r["shape"])), r["dtype"], _f(r.get("ms"), ".3f"),
-                      _f(r.get("tflops_per_gpu"), ".3g"), _f(r.get("baseline_ms"), ".3f"),
-                      _f(r.get("speedup"), ".2f"), r.get("baseline", "-"), f"{r['rel_err']:.2e}",
-                      "ok" if r["ok"] else "WRONG")
-        console.print(t)
-    if not all(r["ok"] for r in results):
-        console.print("[red]error:[/red] a distributed result differs from the float64 reference")
-        raise typer.Exit(1)
-
-
-command("dist")(dist_cmd)
-# `python -m tiledmm.cli` runs cli.py as __main__, a second module with its own app: register there too
-_m = sys.modules.get("__main__")
-if getattr(getattr(_m, "__spec__", None), "name", None) == "tiledmm.cli" and getattr(_m, "app", app) is not app \
-        and hasattr(_m, "command"):
-    _m.command("dist")(dist_cmd)
-
-
-def _f(x, spec):
-    return "-" if x is None else format(x, spec)
-
-
-if __name__ == "__main__":      # pragma: no cover
-    sys.exit(app())

@@ -50,15 +50,19 @@ class KernelSpec:
     barriers_per_phase: int = 1
 
     def check_tile(self, tile: int | None) -> int | None:
+        """The tile this kernel runs with (its default for None); a TiledmmError names what is wrong."""
+        if tile is not None and (isinstance(tile, bool) or not hasattr(type(tile), "__index__")):
+            raise TiledmmError(f"tile={tile!r} is a {type(tile).__name__}: give a whole number "
+                               f"(e.g. tile={int(tile) if isinstance(tile, str) and tile.isdigit() else 16})")
         if not self.tiles:
             if tile is not None:
-                raise TiledmmError(f"kernel {self.name!r} takes no tile (got tile={tile})")
+                raise TiledmmError(f"kernel {self.name!r} takes no tile (got tile={tile!r})")
             return None
         if tile is None:
             return self.default_tile
         if tile not in self.tiles:
-            raise TiledmmError(f"kernel {self.name!r} supports tile in {list(self.tiles)}, got tile={tile}")
-        return tile
+            raise TiledmmError(f"kernel {self.name!r} supports tile in {list(self.tiles)}, got tile={tile!r}")
+        return int(tile)
 
 
 _REGISTRY: dict[str, KernelSpec] = {}

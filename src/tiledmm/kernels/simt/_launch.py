@@ -10,8 +10,10 @@ a SIMT kernel on each 2-D slice and finishes with the shared epilogue.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable
@@ -89,6 +91,16 @@ def _chunks(config: Callable, tile, J: int, K: int, L: int) -> list[tuple[int, i
     return [(r, min(r + cj, J), c, min(c + cl, L)) for r in range(0, J, cj) for c in range(0, L, cl)]
 
 
+@contextlib.contextmanager
+def _ieee_quietly():
+    """In the simulator the kernels' arithmetic is numpy scalars', which warns where a GPU computes
+    NaN or Inf silently (IEEE, as the contract says): those warnings are not shown. A warnings filter,
+    not np.errstate, because the simulator's threads do not inherit the launching thread's errstate."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"(invalid value|overflow|divide by zero) encountered", RuntimeWarning)
+        yield
+
+
 def run_choice(choice: Choice, a, b, c) -> None:
     """Launch P = a @ b into c (2-D torch tensors on the kernels' device) on the current stream."""
     cuda = numba_cuda()
@@ -101,7 +113,7 @@ def run_choice(choice: Choice, a, b, c) -> None:
         grid, block = choice.config(choice.tile, r1 - r0, K, c1 - c0)
         args = (_view(cuda, aa), _view(cuda, bb), _view(cuda, cc))
         if stream is None:
-            with _simulator_lock:        # numba's simulator swaps module globals per launch: one at a time
+            with _simulator_lock, _ieee_quietly():   # the simulator swaps module globals per launch: one at a time
                 choice.kernel[grid, block](*args)
             if not cc.is_contiguous():   # the simulator wrote into a contiguous copy of P
                 cc.copy_(__import__("torch").from_numpy(args[2]))

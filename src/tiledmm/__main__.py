@@ -1,0 +1,4 @@
+"""``python -m tiledmm``: the ``tiledmm`` command."""
+from .cli import main
+
+main()

@@ -1,0 +1,236 @@
+"""The ``tiledmm`` command line: the app, the error wrapper every command goes through, and the
+helpers the command modules share (tables, shapes, byte counts, the environment record).
+
+Every command checks its inputs before it does any work and reports a bad input as one
+line (``error: ...``) on stderr with exit code 2; nothing a user types ends in a traceback
+(``TILEDMM_DEBUG=1`` shows one for an unexpected failure). Tables go through ``table``.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from .. import __version__
+from .._arrays import TiledmmError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  help="Tiled matrix multiplication on NVIDIA GPUs: run, check, time and explain the kernels.")
+console = Console(width=None if sys.stdout.isatty() else 132)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 132)
+
+# commands that never run a kernel: no emulation banner for them
+NO_KERNEL = {"kernels", "device", "occupancy", "model", "burst", "roofline", "tune"}
+PROFILE_HELP = "a built-in profile (g80, lecture1536, example150, ampere, h100); default: the GPU in use"
+
+
+def fail(message: str, code: int = 2):
+    """One line on stderr and a non-zero exit."""
+    err_console.print(Text("error: ", style="red") + Text(message), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def command(name: str | None = None):
+    """``app.command`` that turns every error into a one-line message and a non-zero exit."""
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except (typer.Exit, typer.Abort, typer.BadParameter):
+                raise
+            except KeyboardInterrupt:
+                fail("interrupted", 130)
+            except (TiledmmError, ValueError, OSError) as e:
+                fail(str(e) or type(e).__name__)
+            except Exception as e:  # noqa: BLE001 -- a bug in tiledmm: still a message, not a traceback
+                if os.environ.get("TILEDMM_DEBUG"):
+                    raise
+                fail(f"unexpected {type(e).__name__}: {e} (TILEDMM_DEBUG=1 shows the traceback)", 1)
+        return app.command(name)(wrapper)
+    return deco
+
+
+def _version(value: bool):
+    if value:
+        print(f"tiledmm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(ctx: typer.Context,
+          emulate: bool = typer.Option(False, "--emulate", metavar="",
+                                       help="Run kernels in emulation even on a GPU machine."),
+          version: bool = typer.Option(False, "--version", metavar="", callback=_version, is_eager=True,
+                                       help="Print tiledmm's version and exit.")):
+    if ctx.invoked_subcommand in NO_KERNEL:
+        os.environ["TILEDMM_QUIET"] = "1"
+    if emulate:
+        os.environ["TILEDMM_EMULATE"] = "1"
+        rerun_in_emulation()
+
+
+def rerun_in_emulation(quiet: bool = False) -> None:
+    """``import tiledmm`` fixed GPU or emulation for this process: on a GPU, run this command again in
+    a fresh process in emulation and exit with its status (in emulation already: return)."""
+    from .. import _backend
+    if _backend.decide() == "emulation":
+        return
+    import subprocess
+    env = dict(os.environ, TILEDMM_EMULATE="1", **({"TILEDMM_QUIET": "1"} if quiet else {}))
+    args = [a for a in sys.argv[1:] if a != "--emulate"]
+    raise typer.Exit(subprocess.call([sys.executable, "-m", "tiledmm", *args], env=env))
+
+
+# -- output --------------------------------------------------------------------------------------
+def cell(v) -> Text | str:
+    """A table cell: None -> '–', numbers with separators, lists joined; text is never read as markup."""
+    if isinstance(v, Text):
+        return v
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, (list, tuple)):
+        return escape(", ".join(map(str, v)) or "–")
+    return escape(str(v))
+
+
+def table(title: str, columns, rows, *, header: bool = True, right=(), fold=()) -> None:
+    """The one table helper: columns named, rows of cells (see ``cell``); cells of the ``fold``
+    columns wrap anywhere (long keys without spaces), never cut short."""
+    t = Table(title=escape(title), show_header=header, min_width=min(len(title) + 4, 120))
+    for c in columns:
+        t.add_column(escape(c), justify="right" if c in right else "left", overflow="fold" if c in fold else "ellipsis")
+    for r in rows:
+        t.add_row(*map(cell, r))
+    console.print(t)
+
+
+def kv(title: str, d: dict) -> None:
+    table(title, ("what", "value"), d.items(), header=False)
+
+
+def fmt(x, spec: str):
+    return None if x is None else format(x, spec)
+
+
+def ok_cell(ok: bool) -> Text:
+    return Text("ok") if ok else Text("FAIL", style="bold red")
+
+
+def progress_bar():
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=err_console, transient=True)
+
+
+# -- input ---------------------------------------------------------------------------------------
+def parse_shape(text: str, *, batch: bool = True) -> tuple:
+    """'3000x2000x4000' -> (3000, 2000, 4000): P (JxL) = M (JxK) @ N (KxL); a leading 4th number is a batch."""
+    try:
+        dims = tuple(int(x) for x in text.lower().replace("*", "x").split("x"))
+    except ValueError:
+        dims = ()
+    if len(dims) not in ((3, 4) if batch else (3,)) or min(dims) < 1:
+        if len(dims) == 4 and min(dims) >= 1:
+            raise TiledmmError(f"shape {text!r}: this command takes one JxKxL product, not a batch; "
+                               f"drop the leading batch size (e.g. {'x'.join(map(str, dims[1:]))})")
+        raise TiledmmError(f"shape {text!r}: write JxKxL{' (or BxJxKxL)' if batch else ''} with positive "
+                           "integers, e.g. 3000x2000x4000")
+    return dims
+
+
+_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+          "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12}
+
+
+def parse_bytes(name: str, text: str) -> int:
+    """'123', '512MiB', '16GiB', '1.5GB' -> bytes (binary KiB..TiB, decimal kB..TB); refused otherwise."""
+    import re
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text or "")
+    unit = m and m.group(2).lower()
+    if not m or unit not in _UNITS:
+        raise TiledmmError(f"{name} {text!r}: write a byte count as 123, 512MiB or 16GiB "
+                           "(units B, KiB, MiB, GiB, TiB or kB, MB, GB, TB)")
+    n = int(float(m.group(1)) * _UNITS[unit])
+    if n < 1:
+        raise TiledmmError(f"{name} {text!r}: must be at least 1 byte")
+    return n
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def mem_available() -> Optional[int]:
+    """Host memory available for new allocations (MemAvailable in /proc/meminfo), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def writable(path: str, suffixes=None) -> Path:
+    """Check before any work that ``path`` can be written (and has a known suffix)."""
+    p = Path(path)
+    if suffixes and p.suffix.lower() not in suffixes:
+        raise TiledmmError(f"{path}: the file name must end in {' or '.join(suffixes)}")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise TiledmmError(f"{path}: folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise TiledmmError(f"{path}: not writable")
+    return p
+
+
+def positive(name: str, v, allow_zero: bool = False):
+    if v is not None and (v < 0 or (v == 0 and not allow_zero)):
+        raise TiledmmError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {v}")
+
+
+def environment() -> dict:
+    """Device and versions, for the record."""
+    from importlib import metadata
+
+    from .. import _backend
+    env = {"date": datetime.date.today().isoformat(), "mode": _backend.mode()}
+    for pkg in ("tiledmm", "torch", "triton", "numba", "numba-cuda", "numpy"):
+        try:
+            env[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            env[pkg] = None
+    if not _backend.emulating():
+        import torch
+        p = torch.cuda.get_device_properties(0)
+        env["device"] = f"{p.name} (sm_{p.major}{p.minor}, {p.multi_processor_count} SMs)"
+        env["cuda"] = torch.version.cuda
+    else:
+        env["device"] = "CPU emulation"
+    return env
+
+
+
+def main() -> None:
+    """The console script's entry point (``tiledmm``, ``python -m tiledmm``)."""
+    app()

@@ -1,0 +1,193 @@
+"""``tiledmm run`` (the main job) and ``tiledmm bench`` (the sweep): verified against float64, timed."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+
+from .. import bench as B
+from .._arrays import TiledmmError
+from ._app import command, console, environment, fmt, ok_cell, parse_shape, positive, progress_bar, table
+
+def _tile_cells(kernel: str, tile, shape) -> tuple:
+    """(TILE_WIDTH or P tile per block, threads per block) for a results table: for a kernel without
+    shared tiles (block tile 1x1, e.g. naive) the tile option is only the block's width."""
+    from .. import registry
+    spec = registry.get(kernel)
+    if tile is None or spec.launch_config is None:
+        return tile, None
+    *_, m, k, n = shape
+    block = spec.launch_config(tile, m, k, n)[1]
+    bt = spec.block_tile(tile) if spec.block_tile else None
+    return (None if bt == (1, 1) else tile), "x".join(map(str, block))
+
+
+def _results(rows: list[dict], title: str, suite: bool = False) -> None:
+    cols = (("suite",) if suite else ()) + ("shape", "prec", "kernel", "tile", "block", "ms", "TFLOP/s",
+                                            "x cuBLAS", "rel err", "check")
+    out = []
+    for r in rows:
+        tile, block = _tile_cells(r["kernel"], r["tile"], tuple(map(int, r["shape"].split("x"))))
+        ms = fmt(r["ms"], ".3f")
+        out.append(((r["suite"],) if suite else ()) + (
+            r["shape"], r["precision"], r["kernel"], tile, block,
+            None if ms is None else ms + (" (emul.)" if r["emulated"] else ""),
+            fmt(r["tflops"], ".3g"), fmt(r["vs_cublas"], ".2f"), f"{r['rel_err']:.1e}", ok_cell(r["ok"])))
+    table(title, cols, out, right=("tile", "block", "ms", "TFLOP/s", "x cuBLAS", "rel err"))
+
+
+def _check_points(points) -> None:
+    for p in points:
+        why = B.why_not(p)
+        if why:
+            raise TiledmmError(why)
+
+
+def _run_points(points, *, repeats: int, warmup: int, seed: int) -> list[dict]:
+    with progress_bar() as progress:
+        return B.run(points, repeats=repeats, warmup=warmup, seed=seed, progress=progress)
+
+
+# -- commands ------------------------------------------------------------------------------------
+@command()
+def run(shape: Optional[List[str]] = typer.Option(None, "--shape", "-s", metavar="JxKxL",
+                                                   help="P = M (JxK) @ N (KxL); repeatable. Default: 3000x2000x4000 "
+                                                        "on a GPU, 3x3x3 and 19x7x21 in emulation."),
+        kernel: Optional[List[str]] = typer.Option(None, "--kernel", "-k", metavar="NAME",
+                                                    help="a kernel from `tiledmm kernels`; repeatable. "
+                                                         "Default: naive and tiled."),
+        tile: Optional[List[int]] = typer.Option(None, "--tile", "-t", metavar="T",
+                                                  help="TILE_WIDTH (for naive: the block width); repeatable; "
+                                                       "checked as tiledmm.matmul checks it. Default: 16 and 32 "
+                                                       "on a GPU, 2 or 8 in emulation."),
+        dtype: str = typer.Option("float32", metavar="float32|float64", help="element type."),
+        seed: int = typer.Option(0, metavar="N", help="seed of the random inputs."),
+        repeats: Optional[int] = typer.Option(None, metavar="N", help="timed runs (default 10; 1 in emulation)."),
+        warmup: int = typer.Option(3, metavar="N", help="untimed runs before timing."),
+        as_json: bool = typer.Option(False, "--json", metavar="", help="Print JSON instead of a table.")):
+    """The main job: multiply random rectangular matrices with the lectures' kernels,
+    verify each against float64, time them against cuBLAS and print a table."""
+    from .. import _backend, registry
+    labels = {"float32": "fp32", "float64": "fp64"}
+    if dtype not in labels:
+        raise TiledmmError(f"--dtype {dtype!r}: choose float32 or float64")
+    positive("--repeats", repeats)
+    positive("--warmup", warmup, allow_zero=True)
+    kernels = kernel or ["naive", "tiled"]
+    for k in kernels:
+        registry.get(k)
+    gpu = not _backend.emulating()
+    shapes = [parse_shape(s) for s in shape] if shape else \
+        ([(3000, 2000, 4000)] if gpu else [(3, 3, 3), (19, 7, 21)])   # not multiples of any tile
+    if tile and not any(registry.get(k).tiles for k in kernels):
+        raise TiledmmError(f"--tile: none of {kernels} takes a tile")
+    points = []
+    for s in shapes:
+        for k in kernels:
+            spec = registry.get(k)
+            if tile:
+                tiles = B.tiles_for(k, tile)
+            elif not spec.tiles:
+                tiles = [None]
+            else:   # on a GPU 16 and 32; in emulation the slides' toy case is Width 3, TILE 2
+                want = (16, 32) if gpu else ((2,) if max(s[-3:]) <= 4 else (8,))
+                tiles = [t for t in want if t in spec.tiles] or [None]
+            points += [B.Point("run", s, labels[dtype], k, t) for t in tiles]
+    _check_points(points)
+    rows = _run_points(points, repeats=repeats or (10 if gpu else 1), warmup=warmup, seed=seed)
+    env = environment()
+    if as_json:
+        print(json.dumps({"environment": env, "results": rows}, indent=1))
+    else:
+        _results(rows, f"tiledmm run — {env['device']}")
+        if not gpu:
+            console.print("times are emulation (CPU simulator) times; they say nothing about GPU speed")
+    if not all(r["ok"] for r in rows):
+        raise typer.Exit(1)
+
+
+def _suite_help() -> str:
+    return "; ".join(f"{k}: {v}" for k, v in B.SUITE_HELP.items())
+
+
+@command()
+def bench(suite: Optional[List[str]] = typer.Option(
+              None, "--suite", metavar="NAME",
+              help=f"repeatable. {_suite_help()}. Default: square and irregular on a GPU, emulation without one."),
+          precision: Optional[List[str]] = typer.Option(None, "--precision", "-p", metavar="|".join(B.PRECISIONS),
+                                                        help="repeatable; default fp32, tf32, bf16."),
+          kernel: Optional[List[str]] = typer.Option(None, "--kernel", "-k", metavar="NAME",
+                                                     help="repeatable; default: every kernel."),
+          tile: Optional[List[int]] = typer.Option(None, "--tile", "-t", metavar="T",
+                                                   help="tiles for the kernels that take one (default: each "
+                                                        "kernel's own); repeatable."),
+          out: str = typer.Option("bench-out", metavar="DIR", help="folder for bench.csv, bench.json, bench.png."),
+          repeats: int = typer.Option(20, metavar="N", help="timed runs per point (1 in emulation)."),
+          warmup: int = typer.Option(5, metavar="N", help="untimed runs before timing."),
+          seed: int = typer.Option(0, metavar="N", help="seed of the random inputs.")):
+    """Sweep kernels x shapes x precisions against cuBLAS; write CSV/JSON and PNG plots."""
+    from .. import _backend, registry
+    gpu = not _backend.emulating()
+    suites = suite or (["square", "irregular"] if gpu else ["emulation"])
+    for s in suites:
+        if s not in B.SUITES:
+            raise TiledmmError(f"unknown suite {s!r}; choose from {list(B.SUITES)}")
+    precs = precision or ["fp32", "tf32", "bf16"]
+    for p in precs:
+        if p not in B.PRECISIONS:
+            raise TiledmmError(f"unknown precision {p!r}; choose from {list(B.PRECISIONS)}")
+    positive("--repeats", repeats)
+    positive("--warmup", warmup, allow_zero=True)
+    kernels = [k for k in (kernel or registry.names()) if k != "cublas"]
+    for k in kernels:
+        B.tiles_for(k, tile)        # unknown kernel, unsupported tile: refused here
+    outdir = Path(out)
+    if outdir.exists() and not outdir.is_dir():
+        raise TiledmmError(f"--out {out}: exists and is not a folder")
+    base = next(p for p in (outdir, *outdir.absolute().parents) if p.exists())
+    if not base.is_dir() or not os.access(base, os.W_OK):
+        raise TiledmmError(f"--out {out}: cannot create or write it ({base} is not a writable folder)")
+    points = B.plan(suites, precs, kernels, tile)
+    if not points:
+        raise TiledmmError(_nothing_to_run(suites, precs, kernels, tile, gpu))
+    rows = _run_points(points, repeats=repeats if gpu else 1, warmup=warmup, seed=seed)
+    env = environment()
+    peaks = tuned = None
+    if gpu:
+        from ..analysis.device import query
+        d = query()
+        peaks = {"fp32": d.fp32_tflops, **d.tensor_tflops}
+        tuned = _triton_choices()
+    paths = B.write(rows, outdir, env, peaks, tuned)
+    _results(rows, f"tiledmm bench — {env['device']}", suite=True)
+    table("geometric mean x cuBLAS", ("suite", "prec", "kernel", "geomean", "n"),
+          [(s["suite"], s["precision"], s["kernel"], fmt(s["geomean_vs_cublas"], ".3f"), s["n"])
+           for s in B.summary(rows)], right=("geomean", "n"))
+    console.print(escape("wrote " + ", ".join(map(str, paths))))
+    if not all(r["ok"] for r in rows):
+        raise typer.Exit(1)
+
+
+def _nothing_to_run(suites: list, precs: list, kernels: list, tile, gpu: bool) -> str:
+    """Why a bench plan is empty, and what would run: the suggestions never repeat what was asked."""
+    from .. import registry
+    simt = [k for k in kernels if registry.get(k).family == "simt"]
+    head = f"nothing to run: no kernel of {kernels} runs suite(s) {suites} in {precs}"
+    if simt and len(simt) == len(kernels) and "fp32" not in precs:
+        return (f"{head}: the bench runs SIMT kernels in fp32 only; add -p fp32, or run "
+                f"`tiledmm run --dtype float64 -k {simt[0]}` for float64")
+    reasons = sorted({why for s in suites for shape in B.SUITES[s] for p in precs for k in kernels
+                      for t in B.tiles_for(k, tile) if (why := B.why_not(B.Point(s, shape, p, k, t)))})
+    hint = "; try --suite emulation" if not gpu and "emulation" not in suites else ""
+    return f"{head} ({reasons[0]}{f' and {len(reasons) - 1} more reasons' if len(reasons) > 1 else ''}){hint}"
+
+
+def _triton_choices() -> dict:
+    """What the Triton family's tuner chose in this process or read from the store, for bench.json:
+    {"configs": {tuning key: "variant:config"}} (``tiledmm tune --show`` prints the store in words)."""
+    from .. import tuning
+    return {"configs": {k: v for k, v in tuning.remembered().items() if k.startswith("triton|")}}

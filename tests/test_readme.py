@@ -1,0 +1,130 @@
+"""README.md as a test: what a new user copies from it runs, in a fresh process with a clean environment.
+
+* every ```python block not marked ``# GPU`` on its first line runs as written (its asserts check the values);
+* every ``tiledmm ...`` line of a ```bash block not marked ``# GPU`` runs as written, through the
+  installed ``tiledmm`` script when there is one (CI's fresh venv), else ``python -m tiledmm``;
+* the README keeps exactly two set-up commands, the ones .ci/run runs.
+
+The environment holds none of conftest's variables (TILEDMM_QUIET, TILEDMM_TUNE, TILEDMM_CACHE_DIR): only
+PATH, a throw-away HOME (caches land there, never in the user's) and PYTHONPATH to this checkout's src.
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import GPU
+
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+
+
+def blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", README.read_text(), re.S)
+
+
+def gpu_only(text: str) -> bool:
+    """A block (its first line) or a command line marked for a GPU: a comment that starts with 'GPU'."""
+    first = text.splitlines()[0] if text else ""
+    return bool(re.search(r"#\s*GPU\b", first))
+
+
+def snippets() -> list[tuple[str, bool]]:
+    return [(b, gpu_only(b)) for b in blocks("python")]
+
+
+def commands() -> list[tuple[str, bool]]:
+    """Every `tiledmm ...` in the README's bash blocks (after an `&&` too), and whether it is marked GPU."""
+    out = []
+    for block in blocks("bash"):
+        for line in block.splitlines():
+            code, _, comment = line.partition("#")
+            for part in code.split("&&"):
+                part = part.strip()
+                if part == "tiledmm" or part.startswith("tiledmm "):
+                    out.append((part, comment.strip().startswith("GPU")))
+    return list(dict.fromkeys(out))
+
+
+def setup_commands() -> list[str]:
+    """The README's set-up commands: the bash lines that install something."""
+    return [ln.strip() for b in blocks("bash") for ln in b.splitlines() if ln.strip().startswith("pip install")]
+
+
+def clean_env(home: Path) -> dict:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "COLUMNS": "120",
+           "PYTHONPATH": str(ROOT / "src")}
+    return env
+
+
+def fresh(argv: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, env=clean_env(cwd), capture_output=True, text=True, timeout=timeout)
+
+
+def tiledmm_argv() -> list[str]:
+    script = Path(sys.executable).parent / "tiledmm"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tiledmm"]
+
+
+def test_readme_has_two_setup_commands_and_python_and_cpu_examples():
+    assert setup_commands() == [
+        "pip install torch==2.13.0 && pip install . && tiledmm run",
+        'pip install torch==2.13.0 && pip install -e ".[test]" && python3 -m pytest -q',
+    ]
+    assert [s for s, gpu in snippets() if not gpu], "no Python example for a machine without a GPU"
+    assert len([c for c, gpu in commands() if not gpu]) >= 15
+    assert "../shared" not in README.read_text()
+
+
+def test_ci_runs_the_readme_setup_commands_from_the_readme():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "README.md" in ci and "python3 -m venv" in ci
+    assert "pip install torch==2.13.0" not in ci     # taken from the README, so that the two cannot drift
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    """One folder for the README's commands, in order: what one writes (bench-out), a later one reads."""
+    d = tmp_path_factory.mktemp("readme")
+    (d / "docs").mkdir()
+    return d
+
+
+@pytest.mark.parametrize("code,gpu", snippets(), ids=[f"python-{i}" for i in range(len(snippets()))])
+def test_readme_python_example_runs(code, gpu, workdir):
+    if gpu and not GPU:
+        pytest.skip("marked '# GPU' in the README")
+    if gpu:
+        pytest.skip("GPU examples of the README work on arrays bigger than the GPU: run by hand")
+    p = fresh([sys.executable, "-c", code], workdir)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "Traceback" not in p.stdout + p.stderr
+    if "matmul(" in code:
+        assert "assert " in code, "a README example that computes a product checks it"
+
+
+@pytest.mark.parametrize("command,gpu", commands(), ids=[c for c, _ in commands()])
+def test_readme_command_runs(command, gpu, workdir):
+    if gpu and not GPU:
+        pytest.skip("marked '# GPU' in the README")
+    p = fresh(tiledmm_argv() + shlex.split(command)[1:], workdir)
+    assert p.returncode == 0, f"{command}:\n{p.stdout}{p.stderr}"
+    assert "Traceback" not in p.stdout + p.stderr
+    assert p.stderr.count("kernels run in emulation") <= 1, p.stderr
+
+
+def test_default_matmul_in_a_fresh_process(tmp_path):
+    """The issue's first failure: the default (Triton) call in a new process on a machine without a GPU."""
+    code = ("import numpy as np, tiledmm; a = np.ones((4, 4), np.float32); "
+            "assert (tiledmm.matmul(a, a) == 4).all(); print('ok')")
+    p = fresh([sys.executable, "-c", code], tmp_path)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
+
+
+def test_python_dash_m_tiledmm_runs_the_cli():
+    p = fresh([sys.executable, "-m", "tiledmm", "--version"], ROOT)
+    assert p.returncode == 0 and re.fullmatch(r"tiledmm \d+\.\d+\.\d+\S*\n", p.stdout), p.stdout + p.stderr
