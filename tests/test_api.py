@@ -231,3 +231,18 @@ def test_gpu_cupy_and_numba_kinds():
 @pytest.mark.gpu
 def test_gpu_different_devices_error():
     _err(r"different devices", torch.ones(2, 3), torch.ones(3, 2, device="cuda"), kernel="tiled")
+
+
+def test_nan_and_inf_inputs_leak_no_numpy_warnings_from_the_triton_interpreter():
+    """NaN and Inf are legal inputs (they propagate, IEEE): the emulated Triton kernel must not
+    print numpy's RuntimeWarnings about them."""
+    import warnings
+    import numpy as np
+    import tiledmm
+    a = np.ones((4, 4), np.float32)
+    a[0, 0] = np.nan
+    b = np.full((4, 4), np.inf, np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        c = tiledmm.matmul(a, b, kernel="triton")
+    assert np.isnan(c[0]).all() and np.isinf(c[1:]).all()

@@ -387,7 +387,7 @@ def test_byte_sizes_and_host_helpers(monkeypatch):
         [123, 512 << 20, 16 << 30, 16 << 30, 1536, 2 * 10 ** 9]
     assert C.human_bytes(16 << 30) == "16 GiB" and C.human_bytes(100) == "100 B"
     assert C.mem_available() > 0
-    from tiledmm import outofcore as O
+    from tiledmm.outofcore import runs as O
     monkeypatch.setattr(O, "FILL_CHUNK", 256)          # many chunks: the values do not depend on the thread pool
     x, y = torch.empty(50, 7), torch.from_numpy(np.empty((50, 7), np.float32))
     O.fill_random(x, 5)

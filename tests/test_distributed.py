@@ -100,10 +100,10 @@ def test_local_gemm_names_take_kernel_options():
     from tiledmm.cli_dist import _gemm_for
     a, b = torch.randn(24, 16), torch.randn(16, 20)
     c = torch.full((24, 20), float("nan"))
-    _gemm_for("triton:variant=blocked")(a, b, c, 1.0, 0.0)
+    _gemm_for("triton:variant=blocked", "float32")(a, b, c, 1.0, 0.0)
     torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
     with pytest.raises(Exception, match="variant"):
-        _gemm_for("triton:variant=no-such-variant")(a, b, c, 1.0, 0.0)
+        _gemm_for("triton:variant=no-such-variant", "float32")(a, b, c, 1.0, 0.0)
 
 
 def test_sm_margin_is_read_from_the_environment(monkeypatch):

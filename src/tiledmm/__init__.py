@@ -9,4 +9,14 @@ from . import registry  # noqa: E402
 from .api import kernel_names, matmul  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "kernel_names", "registry", "emulating", "TiledmmError", "__version__"]
+__all__ = ["matmul", "kernel_names", "registry", "emulating", "TiledmmError", "enable", "ops", "nn", "__version__"]
+
+
+def __getattr__(name: str):
+    """``tiledmm.enable``, ``tiledmm.ops`` and ``tiledmm.nn`` import torch: loaded on first use."""
+    import importlib
+    if name in ("ops", "nn"):
+        return importlib.import_module(f".{name}", __name__)
+    if name == "enable":
+        return importlib.import_module(".ops", __name__).enable
+    raise AttributeError(f"module 'tiledmm' has no attribute {name!r}")

@@ -68,12 +68,13 @@ def _rank_main(rank: int, nproc: int, backend: str, cases: list, outdir: str) ->
         dist.destroy_process_group()
 
 
-def _gemm_for(name: str):
+def _gemm_for(name: str, dtype: str):
     from .outofcore import tiledmm_gemm, torch_gemm
     if name == "torch":
         return torch_gemm
     if name == "tiledmm":
-        return tiledmm_gemm()
+        from .api import default_kernel
+        return tiledmm_gemm(default_kernel(dtype))
     kernel, _, opts = name.partition(":")  # a kernel name, options after a colon: "triton:variant=tma"
     options = dict(kv.split("=", 1) for kv in opts.split(",") if "=" in kv)
     return tiledmm_gemm(kernel, **options)
@@ -119,7 +120,7 @@ def run_case(algo: str, shape, dtype: str = "float32", gemm: str = "tiledmm", ch
     g = torch.Generator(device=dev).manual_seed(seed)
     A = torch.randn(m, k, generator=g, device=dev, dtype=torch.float32).to(dt)
     B = torch.randn(k, n, generator=g, device=dev, dtype=torch.float32).to(dt)
-    gm = _gemm_for(gemm)
+    gm = _gemm_for(gemm, dtype)
     if algo == "summa":
         grid = D.Grid.make()
         blk = grid.blocks(m, k, n)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import json
 import time
 from typing import List, Optional
@@ -232,7 +233,7 @@ def tune(shapes: Optional[List[str]] = typer.Argument(None, metavar="JxKxL", hid
                 raise TiledmmError(f"shape {'x'.join(map(str, (b, m, k, n) if b > 1 else (m, k, n)))} {d}: operands, "
                                    f"result and a tuning scratch need {human_bytes(need)} of GPU memory, "
                                    f"{human_bytes(free)} is free; a smaller shape of the same class tunes the same key")
-    if tuning.mode() == "off":
+    if os.environ.get("TILEDMM_TUNE", "").lower() in ("0", "off", "false", "no"):
         console.print("TILEDMM_TUNE=off does not apply here: tune times the candidates")
     rows, seen = [], []
     prev_mode = tuning.mode()

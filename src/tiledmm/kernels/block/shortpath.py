@@ -52,7 +52,7 @@ class TorchPlan:
         self.dtype = a.dtype
         self.precision = check_precision(str(a.dtype).replace("torch.", ""), precision)
         self.m = max(1, 16 // a.element_size())
-        self.empty, self.Tensor = torch.empty, torch.Tensor
+        self.empty, self.Tensor, self.grad_enabled = torch.empty, torch.Tensor, torch.is_grad_enabled
         self.bound: dict[tuple, Any] = {}     # class key -> (ClassLaunch or None, variant launch, {sig: bound})
         self.seen: dict[tuple, Any] = {}      # exact signature -> its class's entry
         self.current = _adapter.device_getter()
@@ -62,6 +62,8 @@ class TorchPlan:
         ta, tb = type(alpha), type(beta)
         if ta is not float and ta is not int or tb is not float and tb is not int:
             return None
+        if (a.requires_grad or b.requires_grad or out is not None and out.requires_grad) and self.grad_enabled():
+            return None                          # a differentiable call: the full path (tiledmm.ops)
         sa, sb = a.shape, b.shape
         if len(sa) != len(sb) or len(sa) not in (2, 3):
             return None
