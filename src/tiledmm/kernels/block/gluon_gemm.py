@@ -390,11 +390,13 @@ def _scratch(plan, device):
 
 
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
-    """Enqueue c = alpha * a @ b + beta * c on torch's current stream (no host sync)."""
+    """Enqueue c = alpha * a @ b + beta * c on torch's current stream (no host sync). A partial
+    ``config`` is completed from ``heuristic``'s."""
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    config = config or heuristic(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size())
+    if not config or not set(_c(0, 0, 0, 0, 0)) <= set(config):
+        config = {**heuristic(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size()), **(config or {})}
     plan = descriptor_plan(a, b, c, config, sms)
     ws, cnt = _scratch(plan, c.device)
     gluon_ws_kernel[(plan["grid"],)](
