@@ -63,7 +63,8 @@ def _problem(shape, precision):
     M, N, K = shape
     esize = 2 if precision == "none" else 4
     aligned = (N * esize) % 16 == 0 and (K * esize) % 16 == 0
-    return H.Problem(M, N, K, 1, "16bit" if precision == "none" else precision, esize, esize, False, aligned)
+    rows128 = (N * esize) % 128 == 0 and (K * esize) % 128 == 0
+    return H.Problem(M, N, K, 1, "16bit" if precision == "none" else precision, esize, esize, False, aligned, rows128)
 
 
 @pytest.mark.parametrize("run", range(len(_recorded())))
@@ -250,3 +251,20 @@ def test_gluon_candidate_config_is_its_own_heuristics(monkeypatch):
         p = H.Problem(*shape, 1, "16bit", 2, 2)
         cands = bm.model_candidates([V.GLUON], p, H.H100)
         assert [cd.config for cd in cands] == [G.heuristic(*shape, "16bit", H.H100.sms)]
+
+
+def test_plan_key_and_problem_tell_128_byte_rows_apart():
+    """64 x 64 and 64 x 72 bf16 (rows of 128 and 144 bytes, both 16-byte aligned) share a shape
+    class: their plans differ only by the 128-byte flag the Gluon kernel's speed depends on; a
+    view whose row stride is 128 bytes long is judged by its stride, not its width."""
+    def mats(k, n, lead=None):
+        a = torch.zeros(64, k, dtype=torch.bfloat16)
+        b = torch.zeros(k, lead or n, dtype=torch.bfloat16)[:, :n]
+        return a, b, torch.zeros(64, n, dtype=torch.bfloat16)
+    k64, k72 = bm.plan_key(*mats(64, 64), "none", 1.0, 0.0), bm.plan_key(*mats(72, 72), "none", 1.0, 0.0)
+    diff = [(x, y) for x, y in zip(k64, k72) if x != y]
+    assert diff == [(True, False)], diff
+    assert bm._problem(*mats(64, 64), "none").rows128
+    assert not bm._problem(*mats(72, 72), "none").rows128
+    a, b, _ = mats(64, 56, lead=64)
+    assert bm._problem(a, b, torch.zeros(64, 64, dtype=torch.bfloat16)[:, :56], "none").rows128

@@ -22,8 +22,9 @@ Calibrated against the tuner's choices on the H100 (docs/measurements/
 issue11_tuning_report_h100_session6.txt; tests/test_heuristics.py replays them): split-K
 when the output has fewer tiles than SMs and K is long, the swapped few-row configs or
 small tiles for M <= 32, the persistent TMA kernel with 128 x 256 tiles once the tiles fill
-the SMs. Timing (``TILEDMM_TUNE=on``, ``tiledmm tune``) can still overrule it; the store's
-entries always do.
+the SMs. The Gluon kernel (``gluon_speed``) only for large 16-bit products with 128-byte rows,
+from its own H100 measurements. Timing (``TILEDMM_TUNE=on``, ``tiledmm tune``) can still
+overrule it; the store's entries always do.
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ class Traits:
     capability: the least compute capability it runs on (the copy engine and wgmma: 9.0).
     host_us: its host time a call where repeat calls are not one bound launch (the short
         path binds only FastKernel launches): a floor under the call's time, as the tuner's
-        max(GPU, host) is. H100 probe: an unbound blocked launch 48 us, tma-copy 200 us."""
+        max(GPU, host) is. H100 probe: an unbound blocked launch 48 us, tma-copy 200 us,
+        gluon-ws 95-153 us."""
     persistent: bool = False
     tma_store: bool = False
     split: Callable[..., tuple] | None = None
@@ -78,7 +80,8 @@ class Traits:
 @dataclass(frozen=True)
 class Problem:
     """One call's sizes: M, N, K, batch, config kind, input and output element sizes,
-    whether B is stored K-major, whether every row is 16-byte aligned (vector loads)."""
+    whether B is stored K-major, whether every row is 16-byte aligned (vector loads), whether
+    every row stride is a multiple of 128 bytes (the Gluon kernel's TMA loads are slower without)."""
     M: int
     N: int
     K: int
@@ -88,6 +91,7 @@ class Problem:
     out_esize: int = 2
     b_kmajor: bool = False
     aligned: bool = True
+    rows128: bool = True
 
 
 def smem_bytes(c: dict, esize: int, out_esize: int, tma_store: bool) -> int:
@@ -167,9 +171,8 @@ def gluon_speed(p: "Problem", c: dict) -> float:
     intensity = min(1.0, bm * bn / (bm + bn) / _BEST_INTENSITY)
     if p.kind == "tf32":
         return GLUON_TF32_RATE.get((bm, bn), min(GLUON_TF32_RATE.values())) / _TMA_TF32[0] * _TMA_TF32[1] / intensity
-    rows128 = all((x * p.esize) % 128 == 0 for x in (p.M, p.N, p.K))
     return (1.0 + min(GLUON_CAP, max(0.0, GLUON_EPI_K / max(p.K, 1) - GLUON_TIE))) * \
-        (1.0 if rows128 else GLUON_UNALIGNED)
+        (1.0 if p.rows128 else GLUON_UNALIGNED)
 
 
 @dataclass(frozen=True)
