@@ -30,7 +30,9 @@ column-major; other float32 layouts are not applicable here (no per-call copy).
 2-D only. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
 consumers. Host cost: ``launch`` goes through Gluon's JIT launcher and builds three descriptors
 per call (about 95-150 us of host time a call on the GPU image, against torch's 12 us):
-eager calls need a cached fast path before small products can win.
+eager calls need a cached fast path before small products can win. In the dispatcher it is
+``variants.GLUON`` (unbound: that host time is its floor in the no-timing model, whose view of its
+speed is ``heuristics.gluon_speed``; its candidate config is ``heuristic``'s).
 
 The module imports only torch and triton, so it runs standalone (scripts/bench_gluon.py).
 """
