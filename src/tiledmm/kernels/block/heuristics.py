@@ -165,7 +165,7 @@ GLUON_TF32_RATE = {(128, 256): 351, (128, 128): 316, (64, 128): 274}
 _TMA_TF32 = (378, 0.75)   # the persistent TMA kernel, tf32 128x128: measured TFLOP/s, the model's speed
 
 
-def gluon_speed(p: "Problem", c: dict) -> float:
+def gluon_speed(p: Problem, c: dict) -> float:
     """The Gluon kernel's throughput relative to the persistent TMA kernel (Traits.speed)."""
     bm, bn = c["BLOCK_M"], c["BLOCK_N"]
     intensity = min(1.0, bm * bn / (bm + bn) / _BEST_INTENSITY)
