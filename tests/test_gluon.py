@@ -255,3 +255,55 @@ def test_gpu_offset_submatrix_and_edges():
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
     _check(1, 4096, 4096, BF16)
     _check(100, 104, 8, FP16)
+
+
+# -- the variant in the dispatcher (variants.GLUON; the model's side is in tests/test_heuristics.py) --
+
+def test_registered_as_a_gpu_only_unbound_variant():
+    from tiledmm.kernels.block import variants as V
+    v = V.BY_NAME[G.NAME]
+    assert v is V.GLUON and v in V.ALL
+    assert v.replayable is False and v.emulation == () and v.own_config is G.heuristic
+    assert v.traits.capability == (9, 0) and v.traits.persistent and v.traits.host_us >= 95
+    assert v.configs("16bit") == G.CONFIGS["16bit"] and v.configs("ieee") == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available() and G._is_hopper(), reason="the CPU's refusal")
+def test_forced_off_hopper_is_a_one_line_error():
+    import tiledmm
+    a, b, _ = _mats(64, 64, 64, BF16)
+    with pytest.raises(tiledmm.TiledmmError, match="gluon-ws") as e:
+        tiledmm.matmul(a, b, kernel="triton", variant=G.NAME)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+def test_gpu_through_matmul_forced_and_partial_config(dtype):
+    """tiledmm.matmul with variant='gluon-ws': its own config, and a partial one completed."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    import tiledmm
+    a, b, _ = _mats(777, 1000, 1000, dtype, b_t=True, device="cuda")
+    ref = a.double() @ b.double()
+    for cfg in (None, {"BLOCK_M": 64, "BLOCK_N": 128}):
+        out = tiledmm.matmul(a, b, kernel="triton", variant=G.NAME, **({"config": cfg} if cfg else {}))
+        assert ((out.double() - ref).norm() / ref.norm()).item() < {BF16: 1e-2, FP16: 2e-3}[dtype]
+
+
+@pytest.mark.gpu
+def test_gpu_default_pick_is_gluon_for_4096_cubed_bf16_only():
+    """On the H100 (no tuning store entry, TILEDMM_TUNE unset) the model's pick for 4096^3 bf16 is
+    this kernel, and the result is right; 1000^3 stays on a bound Triton launch."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    import tiledmm
+    from tiledmm.kernels.block import matmul as bm
+    for n, want in ((4096, True), (1000, False)):
+        a, b, _ = _mats(n, n, n, BF16, device="cuda")
+        out = tiledmm.matmul(a, b, kernel="triton")
+        c = torch.empty(n, n, device="cuda", dtype=BF16)
+        plan = bm._plans[bm.plan_key(a, b, c, "none", 1.0, 0.0)]
+        assert (plan.func is G.launch) == want, plan
+        ref = a.double() @ b.double()
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2

@@ -56,14 +56,15 @@ def _copies(name, M, N, K, precision):
 
 def _bound(name, precision) -> bool:
     """Repeat calls one bound launch (fastlaunch.replay) for these row-major operands."""
-    return name not in ("tma-persistent", "tma-copy") and not (name == "blocked-kmajor" and precision != "tf32")
+    return name not in ("tma-persistent", "tma-copy", "gluon-ws") and not (name == "blocked-kmajor" and precision != "tf32")
 
 
 def _problem(shape, precision):
     M, N, K = shape
     esize = 2 if precision == "none" else 4
     aligned = (N * esize) % 16 == 0 and (K * esize) % 16 == 0
-    return H.Problem(M, N, K, 1, "16bit" if precision == "none" else precision, esize, esize, False, aligned)
+    rows128 = (N * esize) % 128 == 0 and (K * esize) % 128 == 0
+    return H.Problem(M, N, K, 1, "16bit" if precision == "none" else precision, esize, esize, False, aligned, rows128)
 
 
 @pytest.mark.parametrize("run", range(len(_recorded())))
@@ -193,3 +194,77 @@ def test_capability_rules_out_the_copy_engine(monkeypatch):
     hopper = _model((4096, 4096, 4096), "none", names, H.Device(132, (9, 0)))
     ampere = _model((4096, 4096, 4096), "none", names, H.Device(108, (8, 0), 166912 - 1024, 2.0e6))
     assert hopper.variant.name == "tma-persistent" and ampere.variant.name == "blocked", (hopper.name, ampere.name)
+
+
+# -- the Gluon kernel (gluon-ws) in the model: a fake Hopper (H.H100) and the dispatcher's candidate path --
+
+_GLUON_NAMES = ("blocked", "splitk", "tma-persistent", "gluon-ws")
+
+
+@pytest.mark.parametrize("shape,picked", [
+    ((4096, 4096, 4096), True),     # measured 1.02-1.04x torch vs the TMA kernel's 0.97-0.98x
+    ((5056, 5056, 5056), True),     # 128-byte rows (probe 709 vs torch 703 TFLOP/s)
+    ((8192, 8192, 8192), False),    # a tie (1.00-1.02x vs 0.99-1.03x): the existing kernel is kept
+    ((5000, 5000, 5000), False),    # rows not a multiple of 128 bytes: 0.68-0.73x
+    ((512, 14336, 4096), False),    # ~90 us on the GPU, under the eager launch's host time
+    ((512, 4096, 4096), False),
+    ((64, 4096, 4096), False),
+    ((1000, 1000, 1000), False),
+])
+def test_model_picks_gluon_only_for_large_aligned_16bit_products(shape, picked, monkeypatch):
+    monkeypatch.setattr(bm, "emulating", lambda: False)
+    got = _model(shape, "none", _GLUON_NAMES)
+    assert (got.variant.name == "gluon-ws") == picked, (shape, got.name)
+
+
+def test_model_never_picks_gluon_off_hopper_or_for_tf32(monkeypatch):
+    """Capability 8.0: not a candidate at all; tf32 with a K-major B (the only layout it takes):
+    slower than the persistent TMA kernel on every measured shape."""
+    monkeypatch.setattr(bm, "emulating", lambda: False)
+    ampere = _model((4096, 4096, 4096), "none", _GLUON_NAMES, H.Device(108, (8, 0), 166912 - 1024, 2.0e6))
+    assert ampere.variant.name != "gluon-ws", ampere.name
+    for shape in ((4096, 4096, 4096), (8192, 8192, 8192)):
+        M, N, K = shape
+        p = H.Problem(M, N, K, 1, "tf32", 4, 4, True, True)
+        cands = bm.model_candidates([V.BY_NAME[n] for n in _GLUON_NAMES], p, H.H100, {},
+                                    {"tma-persistent", "gluon-ws"})
+        assert any(cd.variant.name == "gluon-ws" for cd in cands)
+        got = H.pick(cands, p, H.H100)
+        assert got.variant.name != "gluon-ws", (shape, got.name)
+
+
+def test_gluon_host_floor_decides_mid_sized_products(monkeypatch):
+    """The same 4096^3 product: with its eager host time the model still picks the Gluon kernel;
+    with a host time above its GPU time it does not (the floor is what keeps small products off it)."""
+    from dataclasses import replace
+    monkeypatch.setattr(bm, "emulating", lambda: False)
+    assert _model((4096, 4096, 4096), "none", _GLUON_NAMES).variant.name == "gluon-ws"
+    slow = replace(V.GLUON, traits=replace(V.GLUON.traits, host_us=1000.0))
+    monkeypatch.setitem(V.BY_NAME, "gluon-ws", slow)
+    assert _model((4096, 4096, 4096), "none", _GLUON_NAMES).variant.name == "tma-persistent"
+
+
+def test_gluon_candidate_config_is_its_own_heuristics(monkeypatch):
+    monkeypatch.setattr(bm, "emulating", lambda: False)
+    from tiledmm.kernels.block import gluon_gemm as G
+    for shape in ((4096, 4096, 4096), (512, 4096, 4096), (64, 4096, 4096)):
+        p = H.Problem(*shape, 1, "16bit", 2, 2)
+        cands = bm.model_candidates([V.GLUON], p, H.H100)
+        assert [cd.config for cd in cands] == [G.heuristic(*shape, "16bit", H.H100.sms)]
+
+
+def test_plan_key_and_problem_tell_128_byte_rows_apart():
+    """64 x 64 and 64 x 72 bf16 (rows of 128 and 144 bytes, both 16-byte aligned) share a shape
+    class: their plans differ only by the 128-byte flag the Gluon kernel's speed depends on; a
+    view whose row stride is 128 bytes long is judged by its stride, not its width."""
+    def mats(k, n, lead=None):
+        a = torch.zeros(64, k, dtype=torch.bfloat16)
+        b = torch.zeros(k, lead or n, dtype=torch.bfloat16)[:, :n]
+        return a, b, torch.zeros(64, n, dtype=torch.bfloat16)
+    k64, k72 = bm.plan_key(*mats(64, 64), "none", 1.0, 0.0), bm.plan_key(*mats(72, 72), "none", 1.0, 0.0)
+    diff = [(x, y) for x, y in zip(k64, k72) if x != y]
+    assert diff == [(True, False)], diff
+    assert bm._problem(*mats(64, 64), "none").rows128
+    assert not bm._problem(*mats(72, 72), "none").rows128
+    a, b, _ = mats(64, 56, lead=64)
+    assert bm._problem(a, b, torch.zeros(64, 64, dtype=torch.bfloat16)[:, :56], "none").rows128

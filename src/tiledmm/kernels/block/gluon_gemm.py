@@ -30,7 +30,9 @@ column-major; other float32 layouts are not applicable here (no per-call copy).
 2-D only. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
 consumers. Host cost: ``launch`` goes through Gluon's JIT launcher and builds three descriptors
 per call (about 95-150 us of host time a call on the GPU image, against torch's 12 us):
-eager calls need a cached fast path before small products can win.
+eager calls need a cached fast path before small products can win. In the dispatcher it is
+``variants.GLUON`` (unbound: that host time is its floor in the no-timing model, whose view of its
+speed is ``heuristics.gluon_speed``; its candidate config is ``heuristic``'s).
 
 The module imports only torch and triton, so it runs standalone (scripts/bench_gluon.py).
 """
@@ -390,11 +392,13 @@ def _scratch(plan, device):
 
 
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
-    """Enqueue c = alpha * a @ b + beta * c on torch's current stream (no host sync)."""
+    """Enqueue c = alpha * a @ b + beta * c on torch's current stream (no host sync). A partial
+    ``config`` is completed from ``heuristic``'s."""
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    config = config or heuristic(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size())
+    if not config or not set(_c(0, 0, 0, 0, 0)) <= set(config):
+        config = {**heuristic(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size()), **(config or {})}
     plan = descriptor_plan(a, b, c, config, sms)
     ws, cnt = _scratch(plan, c.device)
     gluon_ws_kernel[(plan["grid"],)](

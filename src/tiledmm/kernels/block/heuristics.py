@@ -22,8 +22,9 @@ Calibrated against the tuner's choices on the H100 (docs/measurements/
 issue11_tuning_report_h100_session6.txt; tests/test_heuristics.py replays them): split-K
 when the output has fewer tiles than SMs and K is long, the swapped few-row configs or
 small tiles for M <= 32, the persistent TMA kernel with 128 x 256 tiles once the tiles fill
-the SMs. Timing (``TILEDMM_TUNE=on``, ``tiledmm tune``) can still overrule it; the store's
-entries always do.
+the SMs. The Gluon kernel (``gluon_speed``) only for large 16-bit products with 128-byte rows,
+from its own H100 measurements. Timing (``TILEDMM_TUNE=on``, ``tiledmm tune``) can still
+overrule it; the store's entries always do.
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ class Traits:
     capability: the least compute capability it runs on (the copy engine and wgmma: 9.0).
     host_us: its host time a call where repeat calls are not one bound launch (the short
         path binds only FastKernel launches): a floor under the call's time, as the tuner's
-        max(GPU, host) is. H100 probe: an unbound blocked launch 48 us, tma-copy 200 us."""
+        max(GPU, host) is. H100 probe: an unbound blocked launch 48 us, tma-copy 200 us,
+        gluon-ws 95-153 us."""
     persistent: bool = False
     tma_store: bool = False
     split: Callable[..., tuple] | None = None
@@ -78,7 +80,8 @@ class Traits:
 @dataclass(frozen=True)
 class Problem:
     """One call's sizes: M, N, K, batch, config kind, input and output element sizes,
-    whether B is stored K-major, whether every row is 16-byte aligned (vector loads)."""
+    whether B is stored K-major, whether every row is 16-byte aligned (vector loads), whether
+    every row stride is a multiple of 128 bytes (the Gluon kernel's TMA loads are slower without)."""
     M: int
     N: int
     K: int
@@ -88,6 +91,7 @@ class Problem:
     out_esize: int = 2
     b_kmajor: bool = False
     aligned: bool = True
+    rows128: bool = True
 
 
 def smem_bytes(c: dict, esize: int, out_esize: int, tma_store: bool) -> int:
@@ -141,6 +145,34 @@ def estimate_us(c: dict, p: Problem, t: Traits, dev: Device, copy_bytes: int = 0
     if copy_bytes:   # a copy kernel before: read and write the bytes at the full bandwidth
         time += 2 * copy_bytes / dev.bandwidth + _LAUNCH_US
     return time, compute
+
+
+# -- the Gluon kernel (gluon_gemm, variant 'gluon-ws'), from scripts/bench_gluon_h100.log ---------
+# 16-bit, CUDA graphs on the H100: 4096^3 bf16 768-780 TFLOP/s (1.02-1.04x torch) where the persistent
+# TMA kernel measured 0.97-0.98x through tiledmm.matmul (docs/performance.md); 8192^3 1.00-1.02x against
+# 0.99-1.03x: a tie. The model reads this as the Triton kernel's exposed epilogue (the Gluon kernel
+# overlaps it with the next tile's main loop): worth GLUON_EPI_K steps of K a tile, counted only beyond
+# the ratios' run-to-run spread (GLUON_TIE) and never above what was measured (GLUON_CAP). Rows that are
+# not a multiple of 128 bytes: 5000^3 0.68-0.73x against 5056^3 1.01x (GLUON_UNALIGNED).
+# tf32 (A row-major, B K-major only): 128x256 347-355, 128x128 315-318, 64x128 266-283 TFLOP/s at
+# 4096^3-8192^3, where the persistent TMA kernel on a K-major B measured 378 (4096^3, docs/performance.md)
+# and the model gives it 0.75 of its full speed (128x128's operand reuse): no case where it wins.
+GLUON_EPI_K = 256
+GLUON_TIE = 0.035
+GLUON_CAP = 0.03
+GLUON_UNALIGNED = 0.70
+GLUON_TF32_RATE = {(128, 256): 351, (128, 128): 316, (64, 128): 274}
+_TMA_TF32 = (378, 0.75)   # the persistent TMA kernel, tf32 128x128: measured TFLOP/s, the model's speed
+
+
+def gluon_speed(p: Problem, c: dict) -> float:
+    """The Gluon kernel's throughput relative to the persistent TMA kernel (Traits.speed)."""
+    bm, bn = c["BLOCK_M"], c["BLOCK_N"]
+    intensity = min(1.0, bm * bn / (bm + bn) / _BEST_INTENSITY)
+    if p.kind == "tf32":
+        return GLUON_TF32_RATE.get((bm, bn), min(GLUON_TF32_RATE.values())) / _TMA_TF32[0] * _TMA_TF32[1] / intensity
+    return (1.0 + min(GLUON_CAP, max(0.0, GLUON_EPI_K / max(p.K, 1) - GLUON_TIE))) * \
+        (1.0 if p.rows128 else GLUON_UNALIGNED)
 
 
 @dataclass(frozen=True)

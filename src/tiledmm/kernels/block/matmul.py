@@ -3,8 +3,8 @@
 The kernels are in ``kernels.py``, their configs in ``configs.py``, one launch function
 per variant in ``variants.py``. Here a call is reduced to a *plan key* -- dtype,
 precision, layout (which strides are unit, whether every base and row is 16-byte
-aligned), shape class (log2 buckets of M, N, K), batch, alpha == 1, beta == 0, device
-index -- and the key resolves, once, to a launch: by default the variant and config the
+aligned, whether every row is a multiple of 128 bytes), shape class (log2 buckets of
+M, N, K), batch, alpha == 1, beta == 0, device index -- and the key resolves, once, to a launch: by default the variant and config the
 analytic model picks (``heuristics.py``: microseconds, nothing timed); a choice in the
 tuning store wins over it; with ``TILEDMM_TUNE=on`` a key the store lacks is tuned by
 timing the candidates on the caller's own operands (``tiledmm.tuning``: remembered on
@@ -60,11 +60,17 @@ def _aligned(a, b, c) -> bool:
         all((s * e) % 16 == 0 for t in (a, b, c) for s in t.stride()[-2:] if s != 1)
 
 
+def _rows128(a, b, c) -> bool:
+    """Every row stride a multiple of 128 bytes (the Gluon kernel's loads: heuristics.gluon_speed)."""
+    e = a.element_size()
+    return all((s * e) % 128 == 0 for t in (a, b, c) for s in t.stride()[-2:] if s != 1)
+
+
 def plan_key(a, b, c, precision: str, alpha: float, beta: float) -> tuple:
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     return (a.dtype, c.dtype, precision, a.dim(), b.dim(), a.stride(-1) == 1, b.stride(-1) == 1,
             b.stride(-2) == 1, c.stride(-1) == 1, _aligned(a, b, c), shape_class(M, N, K),
-            alpha == 1.0, beta == 0.0, index_of(c))
+            alpha == 1.0, beta == 0.0, _rows128(a, b, c), index_of(c))
 
 
 def launch(a, b, c, *, precision: str, alpha: float = 1.0, beta: float = 0.0, variant: str | None = None,
@@ -127,7 +133,7 @@ def _problem(a, b, c, precision: str, shape: tuple | None = None) -> H.Problem:
     M, K, N = shape or (a.shape[-2], a.shape[-1], b.shape[-1])
     batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
     return H.Problem(M, N, K, batch, kind_of(precision), a.element_size(), c.element_size(),
-                     b.stride(-2) == 1 and b.stride(-1) != 1, _aligned(a, b, c))
+                     b.stride(-2) == 1 and b.stride(-1) != 1, _aligned(a, b, c), _rows128(a, b, c))
 
 
 def _cfg_name(c: dict) -> str:

@@ -24,7 +24,8 @@ from typing import Callable
 
 from ..._backend import emulating
 from . import configs as C
-from . import kmajor_cache, splitk, tma_copy, tma_persistent
+from . import gluon_gemm, kmajor_cache, splitk, tma_copy, tma_persistent
+from . import heuristics as H
 from ._vcommon import cdiv, ensure_allocator, hopper, index_of, num_sms
 from .heuristics import Traits
 from .fastlaunch import WORKSPACE, FastKernel
@@ -214,9 +215,33 @@ def from_module(mod) -> Variant:
                    mod.heuristic)
 
 
+# -- the warp-specialised Gluon kernel (Hopper, gluon_gemm.py) --------------------------------------
+# Not replayable: each call goes through Gluon's JIT launcher and builds three descriptors (95-153 us of
+# host time, scripts/bench_gluon_h100.log run C); its host floor is the worst of those in the model's
+# units (the model's GPU times assume the tensor cores' peak; the kernels reach ~0.79 of it: 153 x 0.79
+# = 120): small and mid-sized products stay on bound launches (512x14336x4096: ~90 us of GPU). Never in
+# the interpreter (Gluon does not run there). Listed last: where the model ties it with an earlier
+# variant (8192^3 16-bit, heuristics.gluon_speed), the earlier one is kept.
+
+def _gluon_prune(configs: list, M: int, N: int, K: int, sms: int, batch: int = 1) -> list:
+    """gluon_gemm.heuristic's config for this shape (its own measured-rate wave model), if offered."""
+    kind = "tf32" if any(c in gluon_gemm.CONFIGS["tf32"] for c in configs) else "16bit"
+    h = gluon_gemm.heuristic(M, N, K, kind, sms, 4 if kind == "tf32" else 2)
+    return [h] if h in configs else configs[:1]
+
+
+def _gluon_split(M, N, K, batch, config, sms) -> tuple:
+    s = config.get("SPLIT_K", 1)
+    return s, cdiv(K, s)
+
+
+GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune,
+                traits=Traits(persistent=True, tma_store=True, split=_gluon_split, speed=H.gluon_speed,
+                              capability=(9, 0), host_us=120.0))
+
 SPLITK = from_module(splitk)
 ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, with_kmajor(SPLITK), from_module(tma_persistent),
-       from_module(tma_copy), SIMT_ASYNC]
+       from_module(tma_copy), SIMT_ASYNC, GLUON]
 # opt-in only (variant="tma-kcache"): its cache of K-major copies trusts torch's version counter, which
 # writes from outside torch (CuPy, numba, a raw pointer) do not bump
 OPT_IN = [from_module(kmajor_cache)]

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Does the no-timing pick take the Gluon kernel where it pays, through ``tiledmm.matmul``?
+(issue 24 item 4). H100 only; run on the GPU image:
+
+    PYTHONPATH=src python3 scripts/bench_gluon_pick.py [--dtypes bf16,fp16,tf32] [--shapes 4096x4096x4096,...]
+
+Per shape (MxKxN, A row-major; tf32 with B column-major, the only tf32 layout gluon-ws takes) and
+dtype, eager calls as a user makes them (default settings, TILEDMM_TUNE unset, a fresh tiledmm cache):
+the default pick (which variant the plan bound), the same call forced to ``gluon-ws`` and to
+``tma-persistent``, and ``torch.matmul``; each checked against float64 first, then timed with
+``tiledmm.timing.time_calls`` (CUDA events around queued calls, inputs rotated, median of batches).
+Prints ms and x torch per column.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("TILEDMM_CACHE_DIR", tempfile.mkdtemp(prefix="tiledmm-gluon-pick-"))
+os.environ.pop("TILEDMM_TUNE", None)
+
+import torch  # noqa: E402
+
+import tiledmm  # noqa: E402
+from tiledmm import harness, timing  # noqa: E402
+from tiledmm.kernels.block import matmul as bm  # noqa: E402
+from tiledmm.kernels.block import variants as V  # noqa: E402
+
+SHAPES = ["4096x4096x4096", "8192x8192x8192", "512x4096x14336", "512x4096x4096", "64x4096x4096",
+          "1000x1000x1000", "5000x5000x5000", "5056x5056x5056"]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+
+
+def _inputs(M, K, N, dtype, n):
+    sets = []
+    for i in range(n):
+        g = torch.Generator(device="cuda").manual_seed(i)
+        a = torch.randn(M, K, device="cuda", generator=g).to(dtype)
+        b = torch.randn(K, N, device="cuda", generator=g).to(dtype)
+        if dtype == torch.float32:
+            b = b.t().contiguous().t()     # column-major B (K-major): wgmma's tf32 rule
+        sets.append((a, b))
+    return sets
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtypes", default="bf16,fp16,tf32")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    args = ap.parse_args()
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        print("needs a Hopper GPU (sm_90)", file=sys.stderr)
+        return 2
+    print(torch.cuda.get_device_name(), "torch", torch.__version__)
+    print(f"{'dtype':5} {'MxKxN':16} {'pick':16} {'pick ms':>9} {'x':>5} {'gluon ms':>9} {'x':>5} "
+          f"{'tma-p ms':>9} {'x':>5} {'torch ms':>9}")
+    for dname in args.dtypes.split(","):
+        dtype = DTYPES[dname]
+        prec = "tf32" if dname == "tf32" else None
+        torch.backends.cuda.matmul.allow_tf32 = dname == "tf32"
+        for s in args.shapes.split(","):
+            M, K, N = map(int, s.split("x"))
+            sets = _inputs(M, K, N, dtype, harness.rotation_for((M, K, N), str(dtype).replace("torch.", "")))
+            a0, b0 = sets[0]
+            ref = a0.double() @ b0.double()
+            row = {}
+            for label, opts in (("pick", {}), ("gluon", {"variant": "gluon-ws"}),
+                                ("tma-p", {"variant": "tma-persistent"})):
+                def f(a, b, opts=opts):
+                    return tiledmm.matmul(a, b, kernel="triton", precision=prec, **opts)
+                try:
+                    out = f(a0, b0)
+                except tiledmm.TiledmmError as e:
+                    row[label] = (None, str(e)[:40])
+                    continue
+                err = ((out.double() - ref).norm() / ref.norm()).item()
+                if err > 2e-2:
+                    print(f"WRONG {dname} {s} {label}: rel {err:.2e}")
+                    return 1
+                row[label] = (timing.time_calls([lambda a=a, b=b: f(a, b) for a, b in sets]), None)
+            c = torch.empty(M, N, device="cuda", dtype=dtype)
+            plan = bm._plans.get(bm.plan_key(a0, b0, c, prec or "none", 1.0, 0.0))
+            picked = {v.launch: v.name for v in V.ALL}.get(getattr(plan, "func", None), "?")
+            t_torch = timing.time_calls([lambda a=a, b=b: torch.matmul(a, b) for a, b in sets])
+            cells = []
+            for label in ("pick", "gluon", "tma-p"):
+                ms, why = row[label]
+                cells.append(f"{ms:9.4f} {t_torch / ms:5.2f}" if ms else f"{'n/a':>9} {'':>5}")
+            print(f"{dname:5} {s:16} {picked:16} {cells[0]} {cells[1]} {cells[2]} {t_torch:9.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
