@@ -57,4 +57,17 @@ if [[ $what == *" dispatch "* || $what == *" all "* ]]; then
   python3 scripts/bench_dispatch.py --parts first,loop,percall --budget-s 540 --out "$OUT/bench_dispatch.json" \
     2>&1 | tee "$OUT/bench_dispatch.txt" | tail -20
 fi
+if [[ $what == *" gputests "* ]]; then
+  stamp "every test on the GPU, 8 workers (GPU-marked and the emulation-sized ones, now on the GPU)"
+  python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 400 tests 2>&1 | tee "$OUT/gpu_pytest.log" | tail -40
+fi
+if [[ $what == *" targets "* ]]; then
+  stamp "issue 23: Linear(4096, 16384, gelu) forward and forward+backward vs torch eager"
+  python3 scripts/bench_torch_op.py --only linear --out "$OUT" 2>&1 | tee "$OUT/targets.txt" | tail -15
+  stamp "issue 24: the pick vs forced gluon-ws / tma-persistent vs torch through tiledmm.matmul"
+  timeout 150 python3 scripts/bench_gluon_pick.py 2>&1 | tee -a "$OUT/targets.txt" | tail -25
+  stamp "issue 22: first call (Triton cold/warm), random-M loop, per call vs torch.matmul"
+  python3 scripts/bench_dispatch.py --parts first,loop,percall --budget-s 300 --out "$OUT/bench_dispatch.json" \
+    2>&1 | tee -a "$OUT/targets.txt" | tail -30
+fi
 stamp "done"

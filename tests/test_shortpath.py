@@ -200,3 +200,20 @@ def test_without_a_c_launch_the_bind_is_per_signature_through_tritons_launcher(s
     calls.clear()
     exact(9, a.data_ptr(), b.data_ptr(), c.data_ptr())
     assert len(calls) == 1 and calls[0][3] == 9 and calls[0][13] == a.data_ptr()
+
+
+def test_class_key_separates_what_the_plan_key_separates():
+    """The short path's class key is finer than the dispatcher's plan key: 4096^3 and 5000^3 bf16
+    share a shape class but not 128-byte rows (plan_key's rows128 field: the Gluon kernel's
+    speed), so one's bound launch must never serve the other."""
+    import torch
+    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block.shortpath import _class_key
+
+    def keys(n):
+        a = torch.empty(n, n, dtype=torch.bfloat16)
+        return (bm.plan_key(a, a, a, "none", 1.0, 0.0),
+                _class_key(0, a.shape, a.shape, a.stride(), a.stride(), a.stride(), 0, 0, 0, 8, 1.0, 0.0))
+    (p1, c1), (p2, c2) = keys(4096), keys(5000)
+    assert p1 != p2 and c1 != c2
+    assert keys(4096)[1] == keys(4096 + 64)[1]        # same class, both 128-byte rows: one key

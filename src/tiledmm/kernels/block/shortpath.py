@@ -36,11 +36,17 @@ MAX_SIGNATURES = 512     # bound launches a plan keeps (then it starts again)
 
 def _class_key(index: int, sa, sb, st_a, st_b, st_c, pa: int, pb: int, pc: int, m: int, alpha, beta) -> tuple:
     """The short path's class key (see the module docstring); ``m`` = 16 // element size. It must
-    stay a superset of the dispatcher's ``plan_key`` (block/matmul.py): one key, one choice."""
+    stay a superset of the dispatcher's ``plan_key`` (block/matmul.py): one key, one choice. Strides
+    count modulo 16 bytes (TMA's alignment) and whether every row stride is a multiple of 128 bytes
+    (``m << 3`` elements: plan_key's rows128, the Gluon kernel's speed)."""
+    r = m << 3
     return (index, len(sa), sa[-2].bit_length(), sb[-1].bit_length(), sa[-1].bit_length(),
             st_a[-2] == 1, st_a[-1] == 1, st_b[-2] == 1, st_b[-1] == 1, st_c[-2] == 1, st_c[-1] == 1,
             st_a[-2] % m, st_a[-1] % m, st_b[-2] % m, st_b[-1] % m, st_c[-2] % m, st_c[-1] % m,
-            pa & 15, pb & 15, pc & 15, alpha == 1, beta == 0)
+            pa & 15, pb & 15, pc & 15, alpha == 1, beta == 0,
+            (st_a[-2] == 1 or st_a[-2] % r == 0) and (st_a[-1] == 1 or st_a[-1] % r == 0)
+            and (st_b[-2] == 1 or st_b[-2] % r == 0) and (st_b[-1] == 1 or st_b[-1] % r == 0)
+            and (st_c[-2] == 1 or st_c[-2] % r == 0) and (st_c[-1] == 1 or st_c[-1] % r == 0))
 
 
 class TorchPlan:
