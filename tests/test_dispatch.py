@@ -10,9 +10,11 @@ import pytest
 import torch
 
 import tiledmm
-from tiledmm import registry, tuning
+from tiledmm import _backend, registry, tuning
 
 from .conftest import GPU
+
+DEVICE = _backend.torch_device()
 
 
 def test_every_kernel_spec_is_complete():
@@ -456,6 +458,8 @@ def test_replay_binds_a_sequence_of_launches_with_a_private_workspace(monkeypatc
     monkeypatch.setattr(fastlaunch, "current_stream", lambda: 99)
     monkeypatch.setattr(fastlaunch, "_kept", [])
     monkeypatch.setattr(fastlaunch, "_kept_bytes", 0)
+    kept = []                                        # the kept stand-ins (on the GPU: a stream of their own)
+    monkeypatch.setattr(fastlaunch, "_scratch", lambda n: kept.append(torch.empty(n, dtype=torch.int8)) or kept[-1])
     a, b, c = (torch.empty(4) for _ in range(3))
     made = []
 
@@ -467,7 +471,9 @@ def test_replay_binds_a_sequence_of_launches_with_a_private_workspace(monkeypatc
     split.replayable = fastlaunch.WORKSPACE
     go = fastlaunch.replay(split, a, b, c, alpha=2.0)
     assert go is not None and len(made) == 1
-    ws = made[0].data_ptr()
+    assert len(kept) == 1 and kept[0].numel() == made[0].untyped_storage().nbytes()
+    ws = kept[0].data_ptr()                          # the kept buffer stands in for the variant's own
+    assert ws != made[0].data_ptr()
     calls.clear()
     assert go(99, 111, 222, 333) is True
     assert calls == [(3, 2, 1, 99, "fn", False, False, None, None, "meta", None, None, None, 111, 222, ws, 17, 64, 2.0),
@@ -506,8 +512,8 @@ def test_concurrent_first_calls_resolve_each_plan_once(monkeypatch):
         try:
             M, K, N = shapes[i % 2]
             gen = torch.Generator().manual_seed(i)
-            a, b = torch.randn(M, K, generator=gen), torch.randn(K, N, generator=gen)
-            c = torch.empty(M, N)
+            a, b = (torch.randn(M, K, generator=gen).to(DEVICE), torch.randn(K, N, generator=gen).to(DEVICE))
+            c = torch.empty(M, N, device=DEVICE)
             bm.launch(a, b, c, precision="ieee")
             assert torch.allclose(c, a @ b, atol=1e-4)
         except Exception as e:   # noqa: BLE001  (reported below)

@@ -135,6 +135,8 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False):
     a, b, c = _mats(128, 256, 128, dtype, a_t, b_t)
     plan = G.descriptor_plan(a, b, c, cfg)
     descs = [G._descriptor(*plan[x]) for x in "abc"]
+    if not hasattr(descs[0], "__mangle__"):   # Triton 3.6: no signature string from a descriptor here
+        pytest.skip("this Triton's descriptors have no __mangle__ (the GPU tests compile the kernel)")
     names = G.gluon_ws_kernel.arg_names
     sig = {"a_desc": descs[0].__mangle__(), "b_desc": descs[1].__mangle__(), "c_desc": descs[2].__mangle__(),
            "c_ptr": "*" + {BF16: "bf16", FP16: "fp16", FP32: "fp32"}[dtype], "stride_cm": "i32",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiledmm import tuning
+from tiledmm import _backend, tuning
 from tiledmm.registry import shape_class
 from tiledmm.kernels.block import heuristics as H
 from tiledmm.kernels.block import matmul as bm
@@ -167,8 +167,9 @@ def test_store_wins_over_the_model(monkeypatch, tmp_path):
     monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
     tuning.forget()
     bm._forget_plans()
-    a, b = torch.randn(45, 21), torch.randn(21, 70)
-    c = torch.empty(45, 70)
+    dev = _backend.torch_device()
+    a, b = torch.randn(45, 21, device=dev), torch.randn(21, 70, device=dev)
+    c = torch.empty(45, 70, device=dev)
     cands = bm.candidates(a, b, c, "ieee", 1.0, 0.0)
     assert len(cands) >= 2
     p = bm._problem(a, b, c, "ieee")

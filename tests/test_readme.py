@@ -56,8 +56,12 @@ def setup_commands() -> list[str]:
 
 
 def clean_env(home: Path) -> dict:
+    # where packages are installed is kept (a site folder on PYTHONPATH, as on the GPU machine);
+    # tiledmm's own and the test run's variables are not
+    paths = [str(ROOT / "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                   if p and Path(p).resolve() != (ROOT / "src").resolve() and Path(p).resolve() != ROOT]
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "COLUMNS": "120",
-           "PYTHONPATH": str(ROOT / "src")}
+           "PYTHONPATH": os.pathsep.join(paths)}
     return env
 
 

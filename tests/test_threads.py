@@ -131,6 +131,7 @@ def test_kept_bytes_cap_holds_when_threads_bind_together(switchy, monkeypatch):
     monkeypatch.setattr(fastlaunch, "_kept", [])
     monkeypatch.setattr(fastlaunch, "_kept_bytes", 0)
     monkeypatch.setattr(fastlaunch, "MAX_KEPT_BYTES", 10 * 4096)
+    monkeypatch.setattr(fastlaunch, "_scratch", lambda n: torch.empty(n, dtype=torch.int8))   # CPU stand-in
 
     class Launcher:
         launch_cooperative_grid, launch_pdl = False, False

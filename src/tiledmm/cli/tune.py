@@ -85,8 +85,9 @@ def _dtype(text: str) -> str:
 def describe_key(key: str) -> dict | None:
     """A tuning store key in words: kernel, dtype, precision, layout, M/N/K ranges, form; None when the
     key is of no format known here. Two formats: ``simt-KERNEL|dtype|(m, n, k)`` (kernels/simt/_launch.py)
-    and ``triton|`` + plan_key's 13 fields (kernels/block/matmul.py: a and c dtype, precision, a.dim,
-    b.dim, a row-major, b row-major, b column-major, c row-major, aligned, (m, n, k), alpha == 1, beta == 0)."""
+    and ``triton|`` + plan_key's fields but the device (kernels/block/matmul.py: a and c dtype, precision,
+    a.dim, b.dim, a row-major, b row-major, b column-major, c row-major, aligned, (m, n, k), alpha == 1,
+    beta == 0, rows of 128-byte multiples; keys stored before that last field have 13)."""
     import re
     parts = key.split("|")
     cls = next((i for i, p in enumerate(parts) if re.fullmatch(r"\(\d+, \d+, \d+\)", p)), None)
@@ -98,8 +99,8 @@ def describe_key(key: str) -> dict | None:
     if parts[0].startswith("simt-") and len(parts) == 3 and cls == 2:
         out.update(kernel=parts[0][5:], dtype=_dtype(parts[1]), form="C = A@B (2-D)")
         return out
-    if parts[0] == "triton" and len(parts) == 14 and cls == 11:
-        adt, cdt, prec, adim, bdim, arow, brow, bcol, crow, aligned, _, alpha1, beta0 = parts[1:]
+    if parts[0] == "triton" and len(parts) in (14, 15) and cls == 11:
+        adt, cdt, prec, adim, bdim, arow, brow, bcol, crow, aligned, _, alpha1, beta0 = parts[1:14]
         a = "n" if arow == "True" else "t"
         b = "n" if brow == "True" else ("t" if bcol == "True" else "s")
         batched = adim == "3" or bdim == "3"

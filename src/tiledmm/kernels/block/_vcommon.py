@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 
-from .fastlaunch import Launcher, current_stream  # noqa: F401  (one home for launches and the raw stream)
+from .fastlaunch import Launcher, current_stream, ensure_allocator  # noqa: F401  (one home for launches, the raw stream, the allocator)
 
 from ..._backend import emulating, mode
 from .heuristics import Device
@@ -91,19 +91,6 @@ def hopper(*tensors) -> bool:
     """The one test of a GPU with the copy engine and wgmma (TMA variants): capability 9 or
     later on the tensors' device, never in emulation."""
     return not emulating() and capability(index_of(tensors[0]) if tensors else None)[0] >= 9
-
-
-_allocator_set = False
-
-
-def ensure_allocator() -> None:
-    """Device-side descriptors and some pipelined kernels need scratch memory from the caller;
-    torch.empty on the current stream keeps it graph-capturable."""
-    global _allocator_set
-    if not _allocator_set:
-        import torch
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
-        _allocator_set = True
 
 
 def mark_written(t) -> None:

@@ -103,6 +103,7 @@ class FastKernel:
         g1 = grid[1] if len(grid) > 1 else 1
         g2 = grid[2] if len(grid) > 2 else 1
         try:
+            ensure_allocator()
             _adapter.run_compiled(ck, grid[0], g1, g2, current_stream(), self._full(args))
         except (TypeError, AttributeError, SystemError):   # a launcher of another shape: never again
             self.direct = False
@@ -111,6 +112,7 @@ class FastKernel:
 
     def _slow(self, grid: tuple, args: tuple):
         """Triton's own launch (compiles on first use); returns the CompiledKernel."""
+        ensure_allocator()
         return self.fn[grid](*self._full(args), num_warps=self.num_warps, num_stages=self.num_stages)
 
 
@@ -209,12 +211,18 @@ def _exact(mode, launches: list, a, b, c):
         # so they can share it) and any other stream takes Triton's path
         launch, coop, pdl, nbytes = direct
         home, scratch = current_stream(), _scratch(g0 * g1 * g2 * nbytes)
+        if scratch is None:          # a capture under way: Triton's launcher allocates it per call
+            def go(stream: int, pa: int, pb: int, pc: int) -> None:
+                ensure_allocator()
+                _adapter.run_compiled(ck, g0, g1, g2, stream, (pa, pb, pc) + rest)
+            return go
 
         def go(stream: int, pa: int, pb: int, pc: int) -> None:
             if stream == home:
                 launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, packed, None, None, None,
                        pa, pb, pc, *rest)
             else:
+                ensure_allocator()
                 _adapter.run_compiled(ck, g0, g1, g2, stream, (pa, pb, pc) + rest)
         return go
 
@@ -332,6 +340,8 @@ class ClassLaunch:
             if stream != self.home:
                 return False
             scratch = self._scratch(g0 * g1 * nbytes)
+            if scratch is None:
+                return False
         launch(g0, g1, 1, stream, function, coop, pdl, scratch, None, packed, None, None, None,
                *self.pick(env), *self.tail)
         return True
@@ -369,6 +379,8 @@ class ClassLaunch:
             have = self._buffer
             if have is None or have.numel() < nbytes:
                 have = _scratch(max(nbytes, 2 * (have.numel() if have is not None else 0)))
+                if have is None:
+                    return None
                 with _kept_lock:
                     _kept.append(have)
                     _kept_bytes += have.numel()
@@ -408,13 +420,19 @@ def _replay_steps(launches: list, a, b, c):
                     full[i] = 0
                 elif v.untyped_storage().data_ptr() in owners:
                     return None            # an offset view of an operand: not a role, not private
-                else:
-                    private[v.untyped_storage().data_ptr()] = v
-                    full[i] = p
+                else:                      # the variant's workspace: a kept buffer of its size stands in
+                    base = v.untyped_storage().data_ptr()
+                    if base not in private:
+                        private[base] = _scratch(v.untyped_storage().nbytes())
+                        if private[base] is None:
+                            return None
+                    full[i] = private[base].data_ptr() + (p - base)
             elif v is not None and not isinstance(v, (int, float, bool, str)):
                 return None                # a host-side descriptor or another object: not replayable
         g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
         scratch = _scratch(g0 * g1 * g2 * direct[3]) if direct[3] else None   # device-side descriptors
+        if direct[3] and scratch is None:
+            return None
         if scratch is not None:
             private[scratch.data_ptr()] = scratch
         steps.append((direct[0], direct[1], g0, g1, g2, ck.function, ck.packed_metadata, full, tuple(slots),
@@ -440,10 +458,36 @@ def _replay_steps(launches: list, a, b, c):
     return go
 
 
+_tls_allocator = threading.local()
+
+
+def ensure_allocator() -> None:
+    """Device-side descriptors and some pipelined kernels need scratch memory from the caller:
+    torch.empty on the current stream (graph-capturable). Triton keeps its allocator per thread
+    (a context variable), so every thread that launches sets it once."""
+    if not getattr(_tls_allocator, "set", False):
+        import torch
+        import triton
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, device="cuda", dtype=torch.int8))
+        _tls_allocator.set = True
+
+
+_keep_streams: dict = {}
+
+
 def _scratch(nbytes: int):
-    """Global scratch memory as tiledmm's Triton allocator gives it (``_vcommon``)."""
+    """Device memory kept for good (global scratch, a bound sequence's workspace): allocated on a
+    stream of its own, so never from a CUDA graph's private pool (torch.cuda.graph and inductor's
+    cudagraph trees route the allocations of the stream they capture or warm up on there, and a
+    kept tensor in that pool breaks their bookkeeping); None while a capture is under way (the
+    caller then leaves the launch to Triton's own allocator, per call)."""
     import torch
-    return torch.empty(nbytes, device="cuda", dtype=torch.int8)
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    dev = torch.cuda.current_device()
+    side = _keep_streams.get(dev) or _keep_streams.setdefault(dev, torch.cuda.Stream(dev))
+    with torch.cuda.stream(side):
+        return torch.empty(nbytes, device="cuda", dtype=torch.int8)
 
 
 _raw_stream = None
