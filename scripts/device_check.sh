@@ -61,6 +61,14 @@ if [[ $what == *" gputests "* ]]; then
   stamp "every test on the GPU, 8 workers (GPU-marked and the emulation-sized ones, now on the GPU)"
   python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 400 tests 2>&1 | tee "$OUT/gpu_pytest.log" | tail -40
 fi
+if [[ $what == *" retest "* ]]; then
+  stamp "the test files that failed on the GPU in this session's first run"
+  python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 300 tests/test_cli.py tests/test_contract.py tests/test_enable.py \
+    tests/test_dispatch.py tests/test_gluon.py tests/test_heuristics.py tests/test_threads.py tests/test_torch_op.py \
+    tests/test_bench_dispatch.py tests/test_shortpath.py tests/test_adapter.py 2>&1 | tee "$OUT/gpu_retest.log" | tail -25
+  stamp "README tests, one process (bench writes the file roofline reads)"
+  python3 -m pytest -q -p no:cacheprovider --timeout 300 tests/test_readme.py 2>&1 | tee -a "$OUT/gpu_retest.log" | tail -8
+fi
 if [[ $what == *" targets "* ]]; then
   stamp "issue 23: Linear(4096, 16384, gelu) forward and forward+backward vs torch eager"
   python3 scripts/bench_torch_op.py --only linear --out "$OUT" 2>&1 | tee "$OUT/targets.txt" | tail -15
