@@ -68,6 +68,13 @@ def tiledmm_gemm(kernel: Optional[str] = None, **options) -> Gemm:
         return spec
 
     def gemm(a, b, c, alpha, beta):
+        if a.device.type == "cpu" and not _backend.emulating():
+            # host tensors on a GPU machine (gloo ranks sharing one GPU): the product runs on the GPU
+            dev = torch.device("cuda", torch.cuda.current_device())
+            C = c.to(dev) if beta != 0 else torch.empty(c.shape, dtype=c.dtype, device=dev)
+            gemm(a.to(dev), b.to(dev), C, alpha, beta)
+            c.copy_(C)
+            return
         spec, tile, limit = spec_for(a.dtype)
         work = a.shape[0] * a.shape[1] * b.shape[1]
         if limit is not None and work > limit:
