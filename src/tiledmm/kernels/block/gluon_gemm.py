@@ -250,7 +250,7 @@ def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1) -> dict:
 # the output staging so a 4th stage fits), 64-row tiles with one warpgroup for few rows, smaller
 # tiles for products with few tiles. tf32: 4-byte operands, half the K per stage; split-K (SPLIT_K
 # units per tile, fixed up in the kernel) only where it won on the H100 (tf32, one row of tiles):
-# in 16-bit it lost to the best unsplit tile on every shape measured (scripts/bench_gluon_h100.log).
+# in 16-bit it lost to the best unsplit tile on every shape measured (docs/measurements/session7_gluon_kernel_h100.log).
 CONFIGS = {
     "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 4),
               _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8)],

@@ -147,7 +147,7 @@ def estimate_us(c: dict, p: Problem, t: Traits, dev: Device, copy_bytes: int = 0
     return time, compute
 
 
-# -- the Gluon kernel (gluon_gemm, variant 'gluon-ws'), from scripts/bench_gluon_h100.log ---------
+# -- the Gluon kernel (gluon_gemm, variant 'gluon-ws'), from docs/measurements/session7_gluon_kernel_h100.log ---------
 # 16-bit, CUDA graphs on the H100: 4096^3 bf16 768-780 TFLOP/s (1.02-1.04x torch) where the persistent
 # TMA kernel measured 0.97-0.98x through tiledmm.matmul (docs/performance.md); 8192^3 1.00-1.02x against
 # 0.99-1.03x: a tie. The model reads this as the Triton kernel's exposed epilogue (the Gluon kernel

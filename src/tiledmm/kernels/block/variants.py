@@ -217,7 +217,7 @@ def from_module(mod) -> Variant:
 
 # -- the warp-specialised Gluon kernel (Hopper, gluon_gemm.py) --------------------------------------
 # Not replayable: each call goes through Gluon's JIT launcher and builds three descriptors (95-153 us of
-# host time, scripts/bench_gluon_h100.log run C); its host floor is the worst of those in the model's
+# host time, docs/measurements/session7_gluon_kernel_h100.log run C); its host floor is the worst of those in the model's
 # units (the model's GPU times assume the tensor cores' peak; the kernels reach ~0.79 of it: 153 x 0.79
 # = 120): small and mid-sized products stay on bound launches (512x14336x4096: ~90 us of GPU). Never in
 # the interpreter (Gluon does not run there). Listed last: where the model ties it with an earlier
