@@ -13,6 +13,7 @@ import tiledmm
 from tiledmm import _backend, registry, tuning
 
 from .conftest import GPU
+from . import standins
 
 DEVICE = _backend.torch_device()
 
@@ -435,26 +436,10 @@ def test_replay_binds_a_sequence_of_launches_with_a_private_workspace(monkeypatc
 
     calls = []
 
-    class Launcher:                       # Triton 3.6's CudaLauncher body (see the test above)
-        launch_cooperative_grid, launch_pdl = False, False
-        num_ctas, global_scratch_align, global_scratch_size, profile_scratch_size = 1, 128, 0, 0
-
-        def __init__(self):
-            self.launch = lambda *args: calls.append(args)
-
-        def __call__(self, gridX, gridY, gridZ, stream, function, *args):
-            global_scratch = None
-            profile_scratch = None
-            self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
-                        global_scratch, profile_scratch, *args)
-
-    class Compiled:
-        function, packed_metadata = "fn", "meta"
-        run = Launcher()
-
+    ck = standins.Compiled(standins.Launcher(calls))
     fk = fastlaunch.FastKernel(JIT, {"BLOCK": 64}, 4, 3)
     fk.direct = True
-    fk._slow = lambda grid, args: Compiled()
+    fk._slow = lambda grid, args: ck
     monkeypatch.setattr(fastlaunch, "current_stream", lambda: 99)
     monkeypatch.setattr(fastlaunch, "_kept", [])
     monkeypatch.setattr(fastlaunch, "_kept_bytes", 0)

@@ -12,23 +12,10 @@ from tiledmm.kernels.block import fastlaunch, shortpath
 from tiledmm.kernels.block import matmul as bm
 from tiledmm.kernels.block import variants as V
 
+from .standins import Compiled, Launcher
+
 
 CFG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
-
-
-class _Launcher:                          # Triton 3.6's CudaLauncher body (a stand-in: records the C call)
-    launch_cooperative_grid, launch_pdl = False, False
-    num_ctas, global_scratch_align, global_scratch_size, profile_scratch_size = 1, 128, 0, 0
-
-    def __init__(self, calls, scratch=0):
-        self.calls, self.global_scratch_size = calls, scratch
-        self.launch = lambda *args: calls.append(args)
-
-    def __call__(self, gridX, gridY, gridZ, stream, function, *args):
-        global_scratch = None
-        profile_scratch = None
-        self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
-                    global_scratch, profile_scratch, *args)
 
 
 @pytest.fixture
@@ -38,11 +25,9 @@ def standin(monkeypatch):
     calls, compiled = [], []
 
     def slow(self, grid, args):
-        class Compiled:
-            function, packed_metadata = f"fn{len(compiled)}", "meta"
-            run = _Launcher(calls, 64 if "NUM_SMS" in self.meta else 0)
+        ck = Compiled(Launcher(calls, 64 if "NUM_SMS" in self.meta else 0), f"fn{len(compiled)}")
         compiled.append(tuple(map(fastlaunch._arg_key, args)))
-        return Compiled()
+        return ck
     monkeypatch.setattr(fastlaunch, "emulating", lambda: False)
     monkeypatch.setattr(fastlaunch.FastKernel, "_slow", slow)
     monkeypatch.setattr(fastlaunch, "current_stream", lambda: 9)

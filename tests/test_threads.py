@@ -12,6 +12,7 @@ import tiledmm
 from tiledmm import _adapter, tuning
 from tiledmm.kernels.block import fastlaunch, kmajor_cache
 
+from . import standins
 
 THREADS = 32
 
@@ -133,23 +134,10 @@ def test_kept_bytes_cap_holds_when_threads_bind_together(switchy, monkeypatch):
     monkeypatch.setattr(fastlaunch, "MAX_KEPT_BYTES", 10 * 4096)
     monkeypatch.setattr(fastlaunch, "_scratch", lambda n: torch.empty(n, dtype=torch.int8))   # CPU stand-in
 
-    class Launcher:
-        launch_cooperative_grid, launch_pdl = False, False
-        num_ctas, global_scratch_align, global_scratch_size, profile_scratch_size = 1, 128, 0, 0
-        launch = staticmethod(lambda *args: None)
-
-        def __call__(self, gridX, gridY, gridZ, stream, function, *args):
-            global_scratch = None
-            profile_scratch = None
-            self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, self.launch_pdl,
-                        global_scratch, profile_scratch, *args)
-
-    class Compiled:
-        function, packed_metadata = "fn", "meta"
-        run = Launcher()
+    ck = standins.Compiled(standins.Launcher())
     fk = fastlaunch.FastKernel(_standin_kernel(), {"BLOCK": 64}, 4, 3)
     fk.direct = True
-    fk._slow = lambda grid, args: Compiled()
+    fk._slow = lambda grid, args: ck
 
     def split(x, y, z, *, alpha):
         ws = torch.empty(1024)                       # 4 KiB private buffer per bind
