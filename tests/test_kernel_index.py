@@ -166,3 +166,46 @@ def test_emulated_fastkernel_never_consults_the_index(monkeypatch):
     x = torch.zeros(10, dtype=torch.int32)
     fastlaunch.FastKernel(probe_kernel, {"BLOCK": 16}, 1, 1)((1,), x, 10, 3)
     assert torch.equal(x, torch.arange(10, dtype=torch.int32) + 3)
+
+
+_GPU_CHILD = r"""
+import json, torch, triton, tiledmm
+from triton.runtime import jit
+from triton.runtime.cache import triton_key
+from tiledmm import _adapter
+from tiledmm._adapter_probe import probe_kernel
+from tiledmm.kernels.block.fastlaunch import FastKernel
+runs = [0]
+real = jit.JITFunction.run
+def counted(self, *a, **k):
+    runs[0] += 1
+    return real(self, *a, **k)
+jit.JITFunction.run = counted
+x = torch.zeros(1000, dtype=torch.int32, device="cuda")
+FastKernel(probe_kernel, {"BLOCK": 128}, 4, 2)((8,), x, 1000, 11)
+torch.cuda.synchronize()
+ok = torch.equal(x, torch.arange(1000, dtype=torch.int32, device="cuda") + 11)
+print(json.dumps(dict(ok=ok, jit_runs=runs[0], triton_key=triton_key.cache_info().currsize > 0,
+                      direct=_adapter.triton_direct())))
+"""
+
+
+@pytest.mark.gpu
+def test_a_second_process_launches_without_the_jit(tmp_path):
+    import os
+    import subprocess
+    import sys
+    if triton.__version__ not in _adapter.TRITON_CHECKED:
+        pytest.skip(f"direct launches (and the index) are off on Triton {triton.__version__}")
+    src = str(__import__("pathlib").Path(_adapter.__file__).parents[1])
+    env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path / "tiledmm"), TILEDMM_QUIET="1",
+               PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
+    env.pop("TILEDMM_KERNEL_INDEX", None)
+    rows = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", _GPU_CHILD], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    first, second = rows
+    assert first["ok"] and first["direct"] and first["jit_runs"] >= 1
+    assert second == dict(ok=True, jit_runs=0, triton_key=False, direct=True)

@@ -35,6 +35,13 @@ launched through the public path and through both private forms, and its output 
 Triton version not in ``TRITON_CHECKED``, or where the self-test fails, tiledmm warns once and
 launches through ``kernel[grid](...)`` for the rest of the process (correct, some microseconds
 slower per call). Nothing here imports Triton, torch or numba at import time.
+
+Where direct launches are on, tiledmm also keeps its own *kernel index* (``index_key``,
+``remember_compiled``, ``load_compiled``; the folder ``kernels/`` in tiledmm's cache folder,
+``tuning.cache_dir()``): a kernel compiled in one process is found in the next from Triton's disk
+cache without Triton's JIT, whose first lookup of a process computes ``triton_key`` (a hash of
+libtriton.so and Triton's sources, ~0.45 s). Triton's own key is never replaced. Any miss or
+error takes the JIT as before. ``TILEDMM_KERNEL_INDEX=off`` turns the index off.
 """
 from __future__ import annotations
 
@@ -183,16 +190,11 @@ def c_launch(ck, checked: bool = True):
 
 # -- Triton: tiledmm's own index of compiled kernels ----------------------------------------------------
 #
-# Triton's JIT finds a compiled kernel in its disk cache under a key that starts with ``triton_key()``:
-# a content hash of libtriton.so and Triton's Python sources, ~0.45 s once per process. tiledmm keeps
-# its own index (one small JSON file per kernel, in tiledmm's cache folder, ``kernels/``): a key made
-# of cheap parts -- the JIT function's source key, the meta-parameters, the specialisation, the GPU
-# target, Triton's version, the cache-invalidating environment, and the path, size and mtime of
-# Triton's installed files (not their content) -- naming Triton's cache entry (hash and kernel name)
-# and the signature and constants its launcher is built from. A first launch in a new process that
-# finds its key builds the CompiledKernel straight from that entry, as Triton's ``compile`` does on a
-# cache hit, and never consults the JIT. Used only where direct launches are (a checked Triton on a
-# GPU); anything unexpected is a miss (the JIT as before). ``TILEDMM_KERNEL_INDEX=off`` turns it off.
+# (module docstring.) One small JSON file per kernel: the key is made of cheap parts -- the JIT
+# function's source key, the meta-parameters, the specialisation, the GPU target, the cache-invalidating
+# environment, Triton's version and the path, size and mtime of its installed files (not their content);
+# the entry names Triton's cache entry (hash, kernel name) and holds the signature, constants and attrs
+# the launcher is built from. A hit builds the CompiledKernel as Triton's ``compile`` does on a cache hit.
 
 _fingerprint: str | None = None
 
