@@ -16,6 +16,11 @@ buffers, after comparing the source
 of Triton's Python launcher;
 ``global_scratch_size/align``,
 ``profile_scratch_size``, ``num_ctas``
+``CompiledKernel(src, group, hash)``    Triton 3.6.0 (CUDA)        Triton's JIT (computes
+built from ``get_cache_manager(hash)``                             ``triton_key``, ~0.45 s once)
+``.get_group``; ``ASTSource(fn, sig,
+constants, attrs)``; ``fn.cache_key``
+(the kernel index, below)
 ``torch._C._cuda_getCurrentRawStream``  torch 2.11 / 2.13          ``torch.cuda.current_stream()``
 ``torch._C._cuda_getDevice``            torch 2.11 / 2.13          ``torch.cuda.current_device()``
 ``torch._debug_has_internal_overlap``   torch 2.11 / 2.13          zero-stride test
@@ -30,6 +35,13 @@ launched through the public path and through both private forms, and its output 
 Triton version not in ``TRITON_CHECKED``, or where the self-test fails, tiledmm warns once and
 launches through ``kernel[grid](...)`` for the rest of the process (correct, some microseconds
 slower per call). Nothing here imports Triton, torch or numba at import time.
+
+Where direct launches are on, tiledmm also keeps its own *kernel index* (``index_key``,
+``remember_compiled``, ``load_compiled``; the folder ``kernels/`` in tiledmm's cache folder,
+``tuning.cache_dir()``): a kernel compiled in one process is found in the next from Triton's disk
+cache without Triton's JIT, whose first lookup of a process computes ``triton_key`` (a hash of
+libtriton.so and Triton's sources, ~0.45 s). Triton's own key is never replaced. Any miss or
+error takes the JIT as before. ``TILEDMM_KERNEL_INDEX=off`` turns the index off.
 """
 from __future__ import annotations
 
@@ -100,14 +112,21 @@ def why_not_direct() -> str:
 
 def _self_test() -> str:
     """Launch a probe kernel through the public path, ``CompiledKernel.run`` and the C launch;
-    "" where all three wrote what they should, else what went wrong."""
+    "" where all three wrote what they should, else what went wrong. The probe comes from the kernel
+    index where it is there (no JIT, no ``triton_key``), launched publicly by ``CompiledKernel[grid]``."""
     import torch
 
     from ._adapter_probe import probe_kernel
     n, block = 300, 64
     grid = -(-n // block)
     x = torch.zeros(3, n, dtype=torch.int32, device="cuda")
-    ck = probe_kernel[(grid,)](x[0], n, 5, BLOCK=block)             # public; compiles
+    key = index_key(probe_kernel, {"BLOCK": block}, 4, 3, (str(x.dtype), x.data_ptr() % 16 == 0))
+    ck = load_compiled(key, probe_kernel)
+    if ck is None:
+        ck = probe_kernel[(grid,)](x[0], n, 5, BLOCK=block, num_warps=4, num_stages=3)   # public; compiles
+        remember_compiled(key, ck)
+    else:                                                             # the index's kernel, launched publicly
+        ck[(grid, 1, 1)](x[0], n, 5, block)
     stream = raw_stream(torch.cuda.current_device())
     run_compiled(ck, grid, 1, 1, stream, (x[1], n, 7, block))
     direct = c_launch(ck, checked=False)
@@ -166,6 +185,155 @@ def c_launch(ck, checked: bool = True):
             return None
         return run.launch, run.launch_cooperative_grid, run.launch_pdl, scratch
     except AttributeError:
+        return None
+
+
+# -- Triton: tiledmm's own index of compiled kernels ----------------------------------------------------
+#
+# (module docstring.) One small JSON file per kernel: the key is made of cheap parts -- the JIT
+# function's source key, the meta-parameters, the specialisation, the GPU target, the cache-invalidating
+# environment, Triton's version and the path, size and mtime of its installed files (not their content);
+# the entry names Triton's cache entry (hash, kernel name) and holds the signature, constants and attrs
+# the launcher is built from. A hit builds the CompiledKernel as Triton's ``compile`` does on a cache hit.
+
+_fingerprint: str | None = None
+
+
+def _index_on() -> bool:
+    import os
+    if os.environ.get("TILEDMM_KERNEL_INDEX", "").lower() in ("off", "0", "no", "false") or _backend.emulating():
+        return False
+    import triton
+    return triton.__version__ in TRITON_CHECKED
+
+
+def triton_fingerprint() -> str:
+    """Triton's version and install folder, and the path, size and mtime of every file under the parts
+    ``triton_key`` hashes (runtime, compiler, backends -- with ptxas and libdevice, without the CUDA
+    headers and CUPTI --, language, _C): computed once per process."""
+    global _fingerprint
+    if _fingerprint is None:
+        import hashlib
+        import os
+        import triton
+        root = os.path.dirname(os.path.abspath(triton.__file__))
+        h = hashlib.sha256(f"{triton.__version__}|{root}".encode())
+        for sub in ("runtime", "compiler", "backends", "language", "_C"):
+            for folder, dirs, files in os.walk(os.path.join(root, sub)):
+                dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", "include") and "cupti" not in d)
+                for name in sorted(files):
+                    st = os.stat(os.path.join(folder, name))
+                    h.update(f"|{folder[len(root):]}/{name}:{st.st_size}:{st.st_mtime_ns}".encode())
+        _fingerprint = h.hexdigest()
+    return _fingerprint
+
+
+def gpu_target() -> tuple:
+    """(backend, arch, warp size) of the current device, as Triton compiles for it."""
+    from triton.runtime import driver
+    t = driver.active.get_current_target()
+    return t.backend, t.arch, t.warp_size
+
+
+def index_key(fn, meta: dict, num_warps: int, num_stages: int, spec) -> str | None:
+    """tiledmm's key of one specialisation of JIT function ``fn`` (None where the index is off or a
+    part cannot be had). ``spec``: what the launch's runtime arguments specialise on (any value with a
+    stable repr)."""
+    if not _index_on():
+        return None
+    try:
+        import hashlib
+        from triton import knobs
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+        if knobs.compilation.always_compile:
+            return None
+        parts = (fn.cache_key, sorted(meta.items()), num_warps, num_stages, spec, gpu_target(), triton_fingerprint(),
+                 sorted(get_cache_invalidating_env_vars().items()), fn.debug, knobs.runtime.debug,
+                 knobs.compilation.instrumentation_mode)
+        return hashlib.sha256(repr(parts).encode()).hexdigest()
+    except Exception:   # noqa: BLE001  a changed Triton: no index, the JIT as before
+        return None
+
+
+def _index_path(key: str):
+    from .tuning import cache_dir
+    return cache_dir() / "kernels" / f"{key}.json"
+
+
+def _encode(v):
+    """A constant's JSON form: plain values as they are, Triton dtypes by name; else TypeError."""
+    if v is None or type(v) in (bool, int, float, str):
+        return {"v": v}
+    if type(v).__name__ == "dtype":
+        return {"dtype": str(v)}
+    if type(v).__name__ == "constexpr" and (v.value is None or type(v.value) in (bool, int, float, str)):
+        return {"constexpr": v.value}
+    raise TypeError(f"constant of type {type(v).__name__}")
+
+
+def _decode(d):
+    if "dtype" in d:
+        import triton.language as tl
+        return tl.dtype(d["dtype"])
+    if "constexpr" in d:
+        import triton.language as tl
+        return tl.constexpr(d["constexpr"])
+    return d["v"]
+
+
+def remember_compiled(key: str | None, ck) -> None:
+    """Record the CompiledKernel ``ck`` under ``key`` (atomic write; another process writing the same
+    key writes the same). Nothing where the key is None or ``ck`` has a constant JSON cannot hold."""
+    if key is None or ck is None:
+        return
+    import json
+    import os
+    try:
+        src = ck.src
+        entry = {"hash": ck.hash, "name": ck.name,
+                 "source": [type(src).__module__, type(src).__qualname__],
+                 "signature": dict(src.signature),
+                 "constants": [[list(k), _encode(v)] for k, v in src.constants.items()],
+                 "attrs": [[list(k), v] for k, v in src.attrs.items()]}
+        text = json.dumps(entry)
+        path = _index_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except Exception:   # noqa: BLE001  (a read-only cache folder, an odd constant): not remembered
+        pass
+
+
+def load_compiled(key: str | None, fn=None):
+    """The CompiledKernel recorded under ``key``, built from Triton's cache entry (its handles loaded
+    on the current device), without Triton's JIT; None where there is none or anything is amiss.
+    ``fn``: the JIT function the entry belongs to (its source object refers to it)."""
+    if key is None:
+        return None
+    import importlib
+    import json
+    try:
+        entry = json.loads(_index_path(key).read_text())
+        from triton.compiler import compiler
+        from triton.runtime.cache import get_cache_manager
+        module, qualname = entry["source"]
+        if not module.startswith("triton."):
+            return None
+        source = getattr(importlib.import_module(module), qualname)
+        name = entry["name"]
+        group = get_cache_manager(entry["hash"]).get_group(f"{name}.json")
+        if not group or f"{name}.json" not in group:
+            return None
+        constants = {tuple(k): _decode(v) for k, v in entry["constants"]}
+        attrs = {tuple(k): v for k, v in entry["attrs"]}
+        src = source(fn, entry["signature"], constants, attrs)
+        ck = compiler.CompiledKernel(src, group, entry["hash"])
+        if ck.name != name or ck.hash != entry["hash"]:
+            return None
+        ck.run            # loads the binary and builds the launcher now: a failure is a miss
+        return ck
+    except Exception:   # noqa: BLE001  missing or corrupt entry, a changed Triton: a miss
         return None
 
 
@@ -238,6 +406,6 @@ def numba_array_maker(index: int):
     return make
 
 
-__all__ = ["TRITON_CHECKED", "triton_direct", "decided", "why_not_direct", "run_compiled", "c_launch", "raw_stream",
+__all__ = ["TRITON_CHECKED", "triton_direct", "index_key", "load_compiled", "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch", "raw_stream",
            "raw_stream_getter", "device_getter", "internal_overlap", "gpu_sleep", "version_counter",
            "storage_weakref", "numba_array_maker"]

@@ -4,7 +4,9 @@
 looks the compiled kernel up, builds launch metadata and calls the hooks: tens of
 microseconds, which is the whole run time of a small GEMM. ``FastKernel`` does the
 first launch of each specialisation that way, remembers the ``CompiledKernel`` it
-returned, and afterwards calls its launcher directly.
+returned, and afterwards calls its launcher directly. A specialisation compiled by an
+earlier process is found in tiledmm's kernel index (``_adapter.load_compiled``) and
+launched directly from its first call, without Triton's JIT and its ``triton_key``.
 
 Triton specialises a kernel on its runtime arguments: integers equal to 1, integers
 divisible by 16, 32- or 64-bit integers, and tensors' dtypes and 16-byte alignment.
@@ -94,9 +96,14 @@ class FastKernel:
             with self._lock:                # one thread compiles a specialisation; the others wait for it
                 ck = self.cache.get(key)
                 if ck is None:
-                    ck = self._slow(grid, args)
+                    ikey = self._index_key(key)
+                    ck = _adapter.load_compiled(ikey, self.fn)     # compiled by an earlier process?
+                    if ck is None:
+                        ck = self._slow(grid, args)
+                        self.cache[key] = ck
+                        _adapter.remember_compiled(ikey, ck)
+                        return ck
                     self.cache[key] = ck
-                    return ck
         if not _adapter.triton_direct():
             self._slow(grid, args)
             return ck
@@ -109,6 +116,13 @@ class FastKernel:
             self.direct = False
             self._slow(grid, args)
         return ck
+
+    def _index_key(self, key: tuple):
+        """tiledmm's kernel-index key of specialisation ``key`` (``_adapter.index_key``; None where
+        direct launches are off: the index only serves them)."""
+        if not _adapter.triton_direct():
+            return None
+        return _adapter.index_key(self.fn, self.meta, self.num_warps, self.num_stages, key)
 
     def _slow(self, grid: tuple, args: tuple):
         """Triton's own launch (compiles on first use); returns the CompiledKernel."""
