@@ -8,8 +8,8 @@ Per dtype, three fresh child processes call ``tiledmm.matmul(a, b)`` once on n x
 settings, the same TRITON_CACHE_DIR as the caller (Triton's own cache as it is):
   1. "record":   an empty tiledmm cache folder: Triton's JIT finds or compiles the kernels, the index
                  records them;
-  2. "indexed":  a new tiledmm cache folder holding only a copy of the first one's ``kernels/`` (no
-                 tuned choices: a shape class tiledmm's dispatcher has never seen);
+  2. "indexed":  a new, empty tiledmm cache folder (no tuned choices: a shape class tiledmm's
+                 dispatcher has never seen); the index lives beside Triton's cache, so it is found;
   3. "index off": like 2 with TILEDMM_KERNEL_INDEX=off (Triton's JIT, its disk cache warm).
 Each prints the first call's wall time (synchronised), how often Triton's ``JITFunction.run`` ran,
 whether ``triton_key`` was computed, and the product's error against float64. Expected on a GPU with
@@ -78,16 +78,15 @@ def main() -> None:
     for dtype in opts.dtypes.split(","):
         first = tempfile.mkdtemp(prefix="tiledmm-kindex-")
         rows = {"record": child(opts.n, dtype, first)}
-        kernels = os.path.join(first, "kernels")
+        from triton import knobs
+        kernels = os.path.join(knobs.cache.dir, "tiledmm-index")
         entries = len(os.listdir(kernels)) if os.path.isdir(kernels) else 0
         for label, off in (("indexed", False), ("index off", True)):
             fresh = tempfile.mkdtemp(prefix="tiledmm-kindex-")
-            if entries:
-                shutil.copytree(kernels, os.path.join(fresh, "kernels"))
             rows[label] = child(opts.n, dtype, fresh, index_off=off)
             shutil.rmtree(fresh, ignore_errors=True)
         shutil.rmtree(first, ignore_errors=True)
-        print(f"== {dtype} {opts.n}^3: {entries} index entries recorded by the first process")
+        print(f"== {dtype} {opts.n}^3: {entries} index entries beside Triton's cache after the first process")
         for label, row in rows.items():
             print(f"  {label:10} first call {row['first_s']:7.3f} s  second {row['second_s']:.5f} s  "
                   f"JIT runs {row['jit_runs']}  triton_key computed {row['triton_key_computed']}  "

@@ -68,7 +68,8 @@ def index(tmp_path, monkeypatch):
     fn = FakeJit()
     src = compiler.ASTSource(fn, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {(2,): 64},
                              {(0,): [["tt.divisibility", 16]]})
-    return types.SimpleNamespace(hash=HASH, name=NAME, src=src, group=group, cache_dir=tmp_path / "tiledmm")
+    return types.SimpleNamespace(hash=HASH, name=NAME, src=src, group=group, cache_dir=tmp_path / "tiledmm",
+                                 triton_dir=tmp_path / "triton")
 
 
 def _args():
@@ -85,7 +86,7 @@ def test_remember_then_load_in_a_new_process_without_the_jit(index, monkeypatch)
     first = FakeJit(compiled=index)                      # process 1: the JIT compiles, the index records
     fk = fastlaunch.FastKernel(first, {"BLOCK": 64}, 4, 3)
     assert fk((2,), *_args()) is index and first.jit_calls == 1
-    assert len(list((index.cache_dir / "kernels").glob("*.json"))) == 1
+    assert len(list((index.triton_dir / "tiledmm-index").glob("*.json"))) == 1
 
     second = FakeJit(compiled=None)                      # process 2: fresh objects; the JIT would raise
     fk2 = fastlaunch.FastKernel(second, {"BLOCK": 64}, 4, 3)
@@ -124,7 +125,7 @@ def test_a_corrupt_entry_or_a_lost_cache_group_misses(index):
     fn = FakeJit()
     key = _adapter.index_key(fn, {"BLOCK": 64}, 4, 3, ("spec",))
     _adapter.remember_compiled(key, index)
-    path = index.cache_dir / "kernels" / f"{key}.json"
+    path = index.triton_dir / "tiledmm-index" / f"{key}.json"
     good = path.read_text()
     for bad in ("{not json", "[]", json.dumps({**json.loads(good), "source": ["os", "system"]}),
                 json.dumps({**json.loads(good), "hash": "f" * 64})):
@@ -143,7 +144,7 @@ def test_an_entry_json_cannot_hold_is_not_remembered(index):
     odd = types.SimpleNamespace(hash=HASH, name=NAME, src=compiler.ASTSource(
         fn, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {(2,): object()}))
     _adapter.remember_compiled(key, odd)
-    assert not (index.cache_dir / "kernels" / f"{key}.json").exists()
+    assert not (index.triton_dir / "tiledmm-index" / f"{key}.json").exists()
 
 
 def test_off_in_emulation_and_by_the_switch(index, monkeypatch):
@@ -199,6 +200,7 @@ def test_a_second_process_launches_without_the_jit(tmp_path):
         pytest.skip(f"direct launches (and the index) are off on Triton {triton.__version__}")
     src = str(__import__("pathlib").Path(_adapter.__file__).parents[1])
     env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path / "tiledmm"), TILEDMM_QUIET="1",
+               TRITON_CACHE_DIR=str(tmp_path / "triton"),
                PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
     env.pop("TILEDMM_KERNEL_INDEX", None)
     rows = []

@@ -256,8 +256,12 @@ def index_key(fn, meta: dict, num_warps: int, num_stages: int, spec) -> str | No
 
 
 def _index_path(key: str):
-    from .tuning import cache_dir
-    return cache_dir() / "kernels" / f"{key}.json"
+    """Beside Triton's own cache (an index into it: cleared with it, shared by every tiledmm
+    cache folder), in a folder of tiledmm's own: ``<Triton's cache>/tiledmm-index/``."""
+    from pathlib import Path
+
+    from triton import knobs
+    return Path(knobs.cache.dir) / "tiledmm-index" / f"{key}.json"
 
 
 def _encode(v):
