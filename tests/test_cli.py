@@ -444,8 +444,10 @@ def test_a_bad_emulation_limit_names_the_variable(monkeypatch):
     monkeypatch.setenv("TILEDMM_EMULATION_LIMIT", "abc")
     code, out, err = cli("run", "-s", "4x4x4", "-k", "tiled")
     assert code == 2 and err.startswith("error: TILEDMM_EMULATION_LIMIT='abc'") and err.count("\n") == 1, err
-    monkeypatch.setenv("TILEDMM_EMULATION_LIMIT", "1_000_000")
-    assert cli("run", "-s", "70x70x70", "-k", "tiled", "-t", "8")[0] == 0
+    monkeypatch.setenv("TILEDMM_EMULATION_LIMIT", "1_000")          # a number (underscores too) is the limit
+    assert cli("run", "-s", "4x4x4", "-k", "tiled", "-t", "2")[0] == 0   # 64 multiply-adds: within it
+    code, out, err = cli("run", "-s", "16x16x16", "-k", "tiled", "-t", "2")   # 4,096: over it, refused
+    assert code != 0 and "1,000" in out + err
 
 
 @pytest.mark.skipif(GPU, reason="the emulated bench")
