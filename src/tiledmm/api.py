@@ -167,13 +167,7 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
     opts = dict(options)
     if precision is not None:
         opts["precision"] = precision
-    unknown = set(opts) - set(spec.options)
-    if unknown:
-        raise TiledmmError(f"kernel {spec.name!r} takes no option(s) {sorted(unknown)}; "
-                           f"it understands {list(spec.options) or 'none'}")
-    if da not in spec.dtypes:
-        raise TiledmmError(f"kernel {spec.name!r} supports dtypes {list(spec.dtypes)}, not {da} "
-                           f"(the default kernel for {da} is {default_kernel(da)!r})")
+    spec.check_call(da, opts, f" (the default kernel for {da} is {default_kernel(da)!r})")
     if spec.check_options is not None:
         spec.check_options(da, opts)
     batch, (M, K, N), res_shape = _result_shape(tuple(a.shape), tuple(b.shape), a, b)

@@ -49,6 +49,16 @@ class KernelSpec:
     block_tile: Callable[[int | None], tuple[int, int]] | None = field(default=None, repr=False)
     barriers_per_phase: int = 1
 
+    def check_call(self, dtype: str, opts: dict, hint: str = "") -> None:
+        """The call's options and dtype against what this kernel takes: one message for every door
+        (tiledmm.matmul, the out-of-core and distributed block GEMMs); ``hint`` ends the dtype's."""
+        unknown = set(opts) - set(self.options)
+        if unknown:
+            raise TiledmmError(f"kernel {self.name!r} takes no option(s) {sorted(unknown)}; "
+                               f"it understands {list(self.options) or 'none'}")
+        if dtype not in self.dtypes:
+            raise TiledmmError(f"kernel {self.name!r} supports dtypes {list(self.dtypes)}, not {dtype}{hint}")
+
     def check_tile(self, tile: int | None) -> int | None:
         """The tile this kernel runs with (its default for None); a TiledmmError names what is wrong."""
         if tile is not None and (isinstance(tile, bool) or not hasattr(type(tile), "__index__")):

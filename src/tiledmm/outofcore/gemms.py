@@ -54,13 +54,7 @@ def tiledmm_gemm(kernel: Optional[str] = None, **options) -> Gemm:
         if spec is None:
             emulating = _backend.emulating()       # decided before a kernel family (Triton) is imported
             spec = registry.get(kernel or DEFAULT_KERNEL)
-            unknown = set(options) - set(spec.options)
-            if unknown:
-                raise TiledmmError(f"kernel {spec.name!r} takes no option(s) {sorted(unknown)}; "
-                                   f"it understands {list(spec.options) or 'none'}")
-            if name not in spec.dtypes:
-                raise TiledmmError(f"kernel {spec.name!r} supports dtypes {list(spec.dtypes)}, not {name}"
-                                   + ("" if kernel else "; name a kernel for it (tiledmm_gemm('tiled'))"))
+            spec.check_call(name, options, "" if kernel else "; name a kernel for it (tiledmm_gemm('tiled'))")
             if emulating and spec.emulation_limit is None:
                 raise TiledmmError(f"kernel {spec.name!r} needs a GPU; none is in use (emulation)")
             limit = _backend.emulation_limit(spec.emulation_limit) if emulating else None
