@@ -99,7 +99,7 @@ class TorchPlan:
             key = _class_key(index, sa, sb, st_a, st_b, st_c, pa, pb, pc, self.m, alpha, beta)
             hit = self.bound.get(key)
             if hit is None:
-                self._bind(key, a, b, c, float(alpha), float(beta))
+                self._bind(key, sig, a, b, c, float(alpha), float(beta))
                 return c
             if len(self.seen) >= MAX_SIGNATURES:
                 self.seen.clear()
@@ -120,16 +120,16 @@ class TorchPlan:
             fn(a, b, c, alpha=float(alpha), beta=float(beta))   # not bound, or bound on another stream
         return c
 
-    def _bind(self, key: tuple, a, b, c, alpha: float, beta: float) -> None:
-        """A class's first call: the dispatcher's pick, run once and bound (on torch's current stream)."""
+    def _bind(self, key: tuple, sig: tuple, a, b, c, alpha: float, beta: float) -> None:
+        """A class's first call (``sig`` its exact signature): the dispatcher's pick, run once and
+        bound (on torch's current stream)."""
         fn = dispatcher.resolved(a, b, c, self.precision, alpha, beta)
         cls, go = fastlaunch.bind(fn, a, b, c, alpha, beta)
         if not _adapter.decided():
             return                       # (inside a CUDA graph capture, before the launch self-test)
         exact = {}
         if cls is None:
-            exact[(a.device.index, a.shape, b.shape, a.stride(), b.stride(), c.stride(), a.data_ptr() & 15,
-                   b.data_ptr() & 15, c.data_ptr() & 15, alpha, beta)] = go or False
+            exact[sig] = go or False
         if len(self.bound) >= MAX_SIGNATURES:
             self.bound.clear()
         self.bound[key] = (cls, fn, exact)
