@@ -47,9 +47,9 @@ from pathlib import Path
 PARTS = ("first", "loop", "percall", "picks")
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
 PICK_SUITES = ("square", "irregular", "transformer", "llm")
-GPU_SIZES = dict(first=1536, other_m=1536 - 17, loop_k=4096, loop_max_m=2048, loop_calls=600,
+GPU_SIZES = dict(first=1536, other_m=1536 - 17, new_class=(775, 3077, 1536), loop_k=4096, loop_max_m=2048, loop_calls=600,
                  percall=(64, 256, 1024), wall_n=200)
-EMU_SIZES = dict(first=24, other_m=24 - 5, loop_k=32, loop_max_m=16, loop_calls=12, percall=(8, 16), wall_n=4)
+EMU_SIZES = dict(first=24, other_m=24 - 5, new_class=(9, 40, 24), loop_k=32, loop_max_m=16, loop_calls=12, percall=(8, 16), wall_n=4)
 
 
 # ---------------------------------------------------------------- child side (a fresh process)
@@ -119,9 +119,13 @@ def child_first(dtype: str, label: str) -> None:
     _check(torch, c2, a[:S["other_m"]], b, dtype)
     torch_first, _ = timed(torch.matmul, a, b)
     torch_second, _ = timed(torch.matmul, a, b)
+    m, k, n2 = S["new_class"]          # a class never seen, in this running process (its kernel in Triton's cache
+    x, y = torch.randn(m, k, device=dev, dtype=dt), torch.randn(k, n2, device=dev, dtype=dt)   # on the warm pass)
+    new_class, c3 = timed(tiledmm.matmul, x, y)
+    _check(torch, c3, x, y, dtype)
     _emit("ROW", dict(dtype=dtype, shape=[n, n, n], triton_cache=label, import_s=t_import, first_s=first,
                       second_s=second, other_m=S["other_m"], other_m_s=other, torch_first_s=torch_first,
-                      torch_second_s=torch_second, rel_err=err))
+                      torch_second_s=torch_second, rel_err=err, new_class=[m, k, n2], new_class_s=new_class))
 
 
 def child_loop(dtype: str, label: str, seed: int) -> None:
@@ -222,10 +226,15 @@ def child_main(argv: list[str]) -> None:
 
 # ---------------------------------------------------------------- parent side
 
-def run_child(args, part_args: list[str], *, triton_cache: str | None = None, tune: bool = False) -> dict:
-    """One fresh process with default settings and an empty tiledmm cache; its ROW/ENV/CHOICES lines."""
+def run_child(args, part_args: list[str], *, triton_cache: str | None = None, tune: bool = False,
+              table: bool = True) -> dict:
+    """One fresh process with default settings and an empty tiledmm cache; its ROW/ENV/CHOICES lines.
+    ``table`` False: the shipped table off (TILEDMM_TABLE=off: the model alone)."""
     env = dict(os.environ, TILEDMM_CACHE_DIR=tempfile.mkdtemp(prefix="tiledmm-bench-cache-"), TILEDMM_QUIET="1")
     env.pop("TILEDMM_TUNE", None)
+    env.pop("TILEDMM_TABLE", None)
+    if not table:
+        env["TILEDMM_TABLE"] = "off"
     if tune:
         env["TILEDMM_TUNE"] = "on"
     if triton_cache:
@@ -280,16 +289,21 @@ def geomean(xs: list[float]) -> float | None:
 
 
 def summarize_picks(rows: list[dict]) -> dict:
-    """Per dtype (and suite): geomean of timed ms / default ms, the shapes below 0.90, default vs torch."""
+    """Per dtype (and suite): geomean of timed ms / default ms (the default: the shipped table, else
+    the model), the same for the model alone (the table off), the shapes below 0.90, default vs torch."""
     key = lambda r: (r["suite"], tuple(r["shape"]), r["dtype"])     # noqa: E731
     timed = {key(r): r for r in rows if r["mode"] == "timed"}
+    model = {key(r): r for r in rows if r["mode"] == "model"}
     pairs = [(d, timed[key(d)]) for d in rows if d["mode"] == "default" and key(d) in timed]
     out = {}
     for dtype in dict.fromkeys(d["dtype"] for d, _ in pairs):
         sub = [(d, t) for d, t in pairs if d["dtype"] == dtype]
         ratio = {key(d): t["ms"] / d["ms"] for d, t in sub if d["ms"] and t["ms"]}
+        alone = {key(d): t["ms"] / model[key(d)]["ms"] for d, t in sub if key(d) in model and t["ms"]
+                 and model[key(d)]["ms"]}
         out[dtype] = {
             "n": len(ratio), "geomean_timed_over_default": geomean(list(ratio.values())),
+            "geomean_timed_over_model": geomean(list(alone.values())),
             "per_suite": {s: geomean([v for k, v in ratio.items() if k[0] == s])
                           for s in dict.fromkeys(k[0] for k in ratio)},
             "below_0.90": [{"suite": k[0], "shape": list(k[1]), "ratio": v} for k, v in ratio.items() if v < 0.90],
@@ -303,10 +317,12 @@ def table(doc: dict) -> str:
     lines = [f"== {doc['environment'].get('device')}  torch {doc['environment'].get('torch')}  "
              f"triton {doc['environment'].get('triton')}  tiledmm {doc['environment'].get('tiledmm')}"]
     if doc.get("first"):
-        lines.append("first call, fresh process, empty tiledmm cache (s): first / second / another M / torch first")
+        lines.append("first call, fresh process, empty tiledmm cache (s): first / second / another M / torch first"
+                     " / a new class in the running process")
         for r in doc["first"]:
             lines.append(f"  {r['dtype']:9} {r['triton_cache']:12} {r['first_s']:8.3f} {r['second_s']:8.4f} "
-                         f"{r['other_m_s']:8.4f} {r['torch_first_s']:8.3f}   (import {r['import_s']:.2f})")
+                         f"{r['other_m_s']:8.4f} {r['torch_first_s']:8.3f} {r.get('new_class_s', float('nan')):8.4f}"
+                         f"   (import {r['import_s']:.2f})")
     if doc.get("loop"):
         lines.append("random-M loop x @ W (s): tiledmm pass 1 / pass 2 vs torch pass 1 / pass 2 (ratio)")
         for r in doc["loop"]:
@@ -321,7 +337,9 @@ def table(doc: dict) -> str:
                          f"({r['wall_diff_us']:+6.1f})  {r['torch_gpu_us']:8.1f} {r['tiledmm_gpu_us']:8.1f}")
     for dtype, s in (doc.get("summary", {}).get("picks") or {}).items():
         g, gt = s["geomean_timed_over_default"], s["geomean_torch_over_default"]
-        lines.append(f"picks {dtype}: timed/default geomean {g:.3f} over {s['n']} shapes" if g else f"picks {dtype}: -")
+        gm = s.get("geomean_timed_over_model")
+        lines.append(f"picks {dtype}: timed/default geomean {g:.3f} over {s['n']} shapes" +
+                     (f" (the model alone, table off: {gm:.3f})" if gm else "") if g else f"picks {dtype}: -")
         lines.append("  per suite: " + ", ".join(f"{k} {v:.3f}" for k, v in s["per_suite"].items() if v)
                      + (f"; default vs torch geomean {gt:.3f}" if gt else ""))
         lines.append("  below 0.90: " + (", ".join(f"{b['suite']} {'x'.join(map(str, b['shape']))} {b['ratio']:.2f}"
@@ -341,6 +359,8 @@ def parse_args(argv=None):
     ap.add_argument("--child-timeout", type=int, default=560, help="seconds per child process")
     ap.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run: a child gets at most "
                     "what is left (what it printed is kept), later ones are skipped (for 10-minute device calls)")
+    ap.add_argument("--bytecode", action="store_true", help="compile tiledmm's and Triton's modules to bytecode "
+                    "first (what pip does at install; a checkout or PYTHONDONTWRITEBYTECODE may leave it undone)")
     ap.add_argument("--out", type=Path, default=Path("bench_dispatch.json"))
     args = ap.parse_args(argv)
     from tiledmm.bench import SUITES
@@ -370,6 +390,13 @@ def main(argv=None) -> int:
             doc.setdefault("errors", []).append({"part": part, "error": got["error"]})
         args.out.write_text(json.dumps(doc, indent=1))       # after every child: a cut run keeps the rest
 
+    if args.bytecode:
+        import compileall
+        import importlib.util
+        for pkg in ("tiledmm", "triton"):
+            spec = importlib.util.find_spec(pkg)
+            if spec and spec.submodule_search_locations:
+                compileall.compile_dir(list(spec.submodule_search_locations)[0], quiet=1, workers=0)
     passes = ("emulated",) if args.emulate else ("triton-cold", "triton-warm")
     for part in args.parts.split(","):
         if part in ("first", "loop"):
@@ -381,9 +408,10 @@ def main(argv=None) -> int:
         elif part == "percall":
             keep(part, run_child(args, ["percall", ",".join(dtypes)]))
         elif part == "picks":
-            for mode in ("default", "timed"):
+            for mode in ("default", "model", "timed"):
                 keep(part, run_child(args, ["picks", mode, ",".join(dtypes), args.suites,
-                                            "quick" if args.quick else "full"], tune=mode == "timed"))
+                                            "quick" if args.quick else "full"], tune=mode == "timed",
+                                     table=mode != "model"))
             doc.setdefault("summary", {})["picks"] = summarize_picks(doc.get("picks", []))
             args.out.write_text(json.dumps(doc, indent=1))
     print(table(doc))

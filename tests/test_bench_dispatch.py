@@ -48,11 +48,12 @@ def test_emulation_end_to_end(tmp_path):
     assert doc["environment"]["emulated"] is True and "errors" not in doc
     (first,) = doc["first"]
     assert first["dtype"] == "bfloat16" and first["first_s"] > 0 and first["rel_err"] < 2e-2
+    assert first["new_class"] == [9, 40, 24] and first["new_class_s"] > 0
     (loop,) = doc["loop"]
     assert loop["calls"] == 12 and loop["distinct_m"] > 1 and loop["max_rel_err"] < 2e-2
     assert {(p["dtype"], p["n"]) for p in doc["percall"]} == {("bfloat16", 8), ("bfloat16", 16)}
     modes = {(p["mode"], tuple(p["shape"])) for p in doc["picks"]}
-    assert modes == {("default", (40, 24, 33)), ("timed", (40, 24, 33))}
+    assert modes == {("default", (40, 24, 33)), ("model", (40, 24, 33)), ("timed", (40, 24, 33))}
     s = doc["summary"]["picks"]["bfloat16"]
-    assert s["n"] == 1 and s["geomean_timed_over_default"] > 0
+    assert s["n"] == 1 and s["geomean_timed_over_default"] > 0 and s["geomean_timed_over_model"] > 0
     assert "picks bfloat16: timed/default geomean" in r.stdout and r.stdout.rstrip().endswith(f"wrote {out}")

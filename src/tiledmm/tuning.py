@@ -27,6 +27,7 @@ from . import _backend
 
 _lock = threading.RLock()
 _memory: dict[str, object] = {}
+_timings: dict[str, dict] = {}      # key -> {candidate: ms} of the keys timed in this process (reports)
 _disk: dict[str, object] | None = None
 _mode: str | None = None
 
@@ -160,6 +161,7 @@ def choose(key: str, candidates: dict[str, Callable[[], float]], model_pick: str
         if not times:
             return model_pick
         best = min(times, key=times.get)
+        _timings[key] = dict(times)
         _memory[key] = best
         _save(key, best)
         return best
@@ -171,6 +173,11 @@ def _report(key: str, times: dict, failed: dict) -> None:
     lines = [f"tiledmm tuning {key}:"] + [f"  {t:9.4f} ms  {n}" for n, t in sorted(times.items(), key=lambda x: x[1])]
     lines += [f"  failed     {n}: {why}" for n, why in failed.items()]
     print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def timings(key: str) -> dict | None:
+    """{candidate: ms} of ``key``'s tuning in this process, or None where it was not timed here."""
+    return _timings.get(key)
 
 
 def remembered() -> dict:
@@ -185,4 +192,5 @@ def forget() -> None:
     global _disk
     with _lock:
         _memory.clear()
+        _timings.clear()
         _disk = None

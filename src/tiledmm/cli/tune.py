@@ -172,7 +172,10 @@ def tune(shapes: Optional[List[str]] = typer.Argument(None, metavar="JxKxL", hid
                                     help="storage of a and b: n row-major, t the transpose of a row-major array."),
          show: bool = typer.Option(False, "--show", metavar="",
                                    help="List the tuned choices stored for this GPU and library versions."),
-         forget: bool = typer.Option(False, "--forget", metavar="", help="Empty that store (listing what goes).")):
+         forget: bool = typer.Option(False, "--forget", metavar="", help="Empty that store (listing what goes)."),
+         table_path: Optional[str] = typer.Option(None, "--table", metavar="PATH",
+                                                  help="Also write the choices timed now into a shipped-table file "
+                                                       "(merged into PATH; kernels/block/tables/ holds the shipped ones).")):
     """Tune ahead of time: for each shape JxKxL given (P = M (JxK) @ N (KxL), e.g. 4096x4096x4096
     128x4096x11008; a leading 4th number is a batch), time the candidate kernels and configs of its
     class on this GPU once (what tiledmm.matmul's first call does) and remember the fastest on disk."""
@@ -180,6 +183,8 @@ def tune(shapes: Optional[List[str]] = typer.Argument(None, metavar="JxKxL", hid
     from ..api import default_kernel, matmul
     if show and forget:
         raise TiledmmError("give --show or --forget, not both")
+    if table_path is not None and (show or forget):
+        raise TiledmmError("--table writes what this run times: it takes shapes, not --show or --forget")
     if (show or forget) and shapes:
         raise TiledmmError(f"{'--show' if show else '--forget'} takes no shapes")
     if show:
@@ -281,5 +286,28 @@ def tune(shapes: Optional[List[str]] = typer.Argument(None, metavar="JxKxL", hid
           ("shape", "dtype", "kernel", "tuning key", "choice", "how", "first call s"), rows,
           right=("first call s",), fold=("tuning key", "choice"))
     console.print(escape(f"store: {tuning.store_path()}"), soft_wrap=True)
+    if table_path is not None:
+        _write_table(table_path)
+
+
+def _write_table(path: str) -> None:
+    """``--table``: the Triton choices timed in this run, merged into a shipped-table file."""
+    from pathlib import Path
+    import torch
+    from .. import tuning
+    from ..kernels.block import matmul as BM, shipped
+    entries = BM.table_entries()
+    stored = sum(1 for ch in BM.choices().values() if ch["source"] == "store")
+    p = torch.cuda.get_device_properties(torch.cuda.current_device())
+    import triton
+    about = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
+             "store": str(tuning.store_path())}
+    n = shipped.write(Path(path), p.name, p.multi_processor_count, entries, about)
+    console.print(escape(f"table {path}: {len(entries)} timed choice{'s' * (len(entries) != 1)} written "
+                         f"({n} entries in all)"), soft_wrap=True)
+    if stored:
+        console.print(escape(f"{stored} class{'es' * (stored != 1)} came from the tuning store, not timed now, "
+                             "and are not written (tune with an empty TILEDMM_CACHE_DIR to time them)"),
+                      soft_wrap=True)
 
 

@@ -24,6 +24,7 @@ from ...registry import KernelSpec, register, shape_class
 from ...timing import device_and_host
 from . import configs as C
 from . import heuristics as H
+from . import shipped
 from . import variants as V
 from ._vcommon import device, index_of, kind_of
 
@@ -33,11 +34,21 @@ VARIANTS = tuple(V.BY_NAME)
 
 _plans: dict[tuple, Callable] = {}   # written under _lock; read without (a dict read is atomic)
 _lock = threading.RLock()
+# plan key -> how its launch was chosen: {"source": store|timed|table|model, "variant", "config", "model",
+# "tuning_key"} (for reports and for writing a shipped table)
+_choices: dict[tuple, dict] = {}
 
 
 def _forget_plans() -> None:
     with _lock:
         _plans.clear()
+
+
+def forget_choices() -> None:
+    """Drop the record of how plans were chosen (``choices``; a mode change keeps it: tune --table
+    writes what was timed after turning tuning off again)."""
+    with _lock:
+        _choices.clear()
 
 
 tuning.on_mode_change(_forget_plans)   # plans resolved under the other mode are resolved again
@@ -171,13 +182,43 @@ def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None 
     return out
 
 
+def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, options: dict) -> str | None:
+    """The shipped table's choice for ``key`` (``shipped.py``: this GPU model's table, the nearest
+    class with this layout whose variant runs the call and whose config fits), added to ``options``
+    if the class's own candidates lack it; None where there is none."""
+    if not shipped.enabled():
+        return None
+    from ...analysis.device import properties
+    idx = index_of(c)
+    props = properties(idx if idx is not None else c.device.index or 0)
+    table = shipped.table_for(props.name, props.num_sms)
+    if table is None:
+        return None
+    dev = device(idx)
+    batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
+    for e in shipped.nearest(table, key):
+        v = V.BY_NAME.get(e["variant"])
+        if v is None or v not in V.ALL or (batch > V.MAX_GRID_YZ and not v.splits_batch) or \
+                not v.applicable(a, b, c, precision, alpha, beta) or dev.capability < v.traits.capability:
+            continue
+        cfg = e["config"]
+        if "BLOCK_M" in cfg and not C.fitting([cfg], a.element_size(), c.element_size(), v.traits.tma_store, dev.smem):
+            continue
+        name = f"{v.name}:{_cfg_name(cfg)}"
+        if name not in options:
+            options[name] = H.Candidate(name, dict(cfg), v.traits, 0, v, True)
+        return name
+    return None
+
+
 def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
     """Variant and config for a new plan key (called under _lock): the store's choice where it
-    has one; else the model's pick, or with tuning on, the fastest candidate timed on the
-    caller's operands into a scratch output."""
+    has one; with tuning on, the fastest candidate timed on the caller's operands into a scratch
+    output; else the shipped table's choice (``shipped.py``) or the model's pick."""
     import torch
     options = {cd.name: cd for cd in candidates(a, b, c, precision, alpha, beta, key)}
     pick = H.pick(list(options.values()), _problem(a, b, c, precision), device(index_of(c))).name
+    table_pick = _shipped_pick(key, a, b, c, precision, alpha, beta, options)
     capturing = not emulating() and torch.cuda.is_current_stream_capturing()
 
     def timer(cd: H.Candidate):
@@ -193,11 +234,39 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
         return run
 
     tkey = tuning.key_of("triton", *(str(k) for k in key[:-1]))
-    name = tuning.choose(tkey, {n: timer(cd) for n, cd in options.items()}, pick, timeable=not capturing)
+    stored = tuning.lookup(tkey)
+    name = tuning.choose(tkey, {n: timer(cd) for n, cd in options.items()}, table_pick or pick,
+                         timeable=not capturing)
+    source = "store" if stored == name else ("timed" if tuning.timings(tkey) and tuning.lookup(tkey) == name
+                                             else ("table" if name == table_pick else "model"))
     fn = _bind(options[name].variant, precision, options[name].config)
     if not capturing or tuning.lookup(tkey) is not None:
         _plans[key] = fn
+        _choices[key] = {"source": source, "variant": options[name].variant.name, "config": options[name].config,
+                         "model": pick, "tuning_key": tkey}
     return fn
+
+
+def choices() -> dict:
+    """Resolved plan keys -> how each launch was chosen (``_choices``: source, variant, config, the
+    model's pick, the tuning key)."""
+    with _lock:
+        return dict(_choices)
+
+
+def table_entries() -> list[dict]:
+    """The choices timed in this process as shipped-table entries (``shipped.entry``), each with
+    its timed ms and the model's pick and its ms from the same timing."""
+    out = []
+    for key, ch in choices().items():
+        if ch["source"] != "timed":
+            continue
+        times = tuning.timings(ch["tuning_key"]) or {}
+        best = f"{ch['variant']}:{_cfg_name(ch['config'])}"
+        layout, cls = shipped.split_key(key)
+        out.append(shipped.entry(layout, cls, ch["variant"], ch["config"], times.get(best), ch["model"],
+                                 times.get(ch["model"])))
+    return out
 
 
 def plans() -> dict:
@@ -227,4 +296,5 @@ SPEC: KernelSpec = register(KernelSpec(
     options=("precision", "variant", "config"), emulation_limit=2 ** 24, order=50,
     block_tile=lambda tile: (tile or 128, tile or 128)))
 
-__all__ = ["SPEC", "launch", "check_precision", "plans", "tuned_configs", "candidates", "VARIANTS"]
+__all__ = ["SPEC", "launch", "check_precision", "plans", "tuned_configs", "candidates", "choices", "table_entries",
+           "VARIANTS"]

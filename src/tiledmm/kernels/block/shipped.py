@@ -1,0 +1,103 @@
+"""Tuned choices shipped with tiledmm: one table per GPU model, looked up by nearest shape class.
+
+The no-timing default (``heuristics.py``) ranks candidates with a model; on the GPUs we could
+measure, a table of *timed* choices ships inside the package (``tables/<gpu>.json``), the way
+serving libraries ship per-GPU configs for their Triton kernels. A call whose plan key has no
+choice in the tuning store takes the table's entry for the same layout key (dtypes, precision,
+strides, alignment, alpha/beta form) and the nearest shape class -- at most one log2 bucket away
+in each of M, N and K -- where that entry's variant can run the call and its config fits the
+device; else the model picks. Precedence: the tuning store (your own ``tiledmm tune`` /
+``TILEDMM_TUNE=on`` choices) > timing (``TILEDMM_TUNE=on``) > this table > the model.
+``TILEDMM_TABLE=off`` turns the table off (the model alone).
+
+A table is written by ``tiledmm tune --table PATH`` (``scripts/build_tables.py`` runs the sweep on
+a GPU): each entry holds the layout key, the class, the variant and config the tuner timed fastest,
+its time, and the model's pick with its time in the same tuning (for the record).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from pathlib import Path
+
+TABLES = Path(__file__).with_name("tables")
+FORMAT = 1
+MAX_STEP = 1          # the farthest a neighbour class may be, in log2 buckets, along each of M, N, K
+
+
+def enabled() -> bool:
+    return os.environ.get("TILEDMM_TABLE", "").lower() not in ("0", "off", "false", "no")
+
+
+def slug(gpu_name: str) -> str:
+    """A GPU's name as a file name: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-")
+
+
+def split_key(key: tuple) -> tuple[str, tuple]:
+    """A plan key (``matmul.plan_key``) as (layout key, shape class): every field but the class
+    (index 10) and the device index (last) joined as text, and the class."""
+    return "|".join(str(x) for i, x in enumerate(key[:-1]) if i != 10), tuple(key[10])
+
+
+@functools.lru_cache(maxsize=None)
+def _load(path: str) -> dict | None:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return None
+    index: dict[str, list] = {}
+    for e in doc.get("entries", []):
+        index.setdefault(e["layout"], []).append(e)
+    return {"gpu": doc.get("gpu"), "sms": doc.get("sms"), "index": index}
+
+
+def table_for(gpu_name: str, sms: int, folder: Path | None = None) -> dict | None:
+    """The shipped table of this GPU model (name and SM count must match), or None."""
+    t = _load(str((folder or TABLES) / f"{slug(gpu_name)}.json"))
+    if t is None or t["gpu"] != gpu_name or (t["sms"] and t["sms"] != sms):
+        return None
+    return t
+
+
+def nearest(table: dict, key: tuple) -> list[dict]:
+    """The table's entries for ``key``'s layout within MAX_STEP buckets of its class, nearest
+    first (sum of bucket distances, then the distance in M, then the larger class)."""
+    layout, cls = split_key(key)
+    out = []
+    for e in table["index"].get(layout, ()):
+        d = [abs(x - y) for x, y in zip(e["class"], cls)]
+        if max(d) <= MAX_STEP:
+            out.append(((sum(d), d[0], -sum(e["class"])), e))
+    return [e for _, e in sorted(out, key=lambda x: x[0])]
+
+
+def entry(layout: str, cls: tuple, variant: str, config: dict, timed_ms: float | None,
+          model: str | None, model_ms: float | None) -> dict:
+    return {"layout": layout, "class": list(cls), "variant": variant, "config": dict(config),
+            "timed_ms": timed_ms, "model": model, "model_ms": model_ms}
+
+
+def write(path: Path, gpu_name: str, sms: int, entries: list[dict], about: dict) -> int:
+    """Merge ``entries`` into the table at ``path`` (an entry replaces one of the same layout and
+    class); returns the number of entries written."""
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("format") != FORMAT or doc.get("gpu") != gpu_name:
+            doc = None
+    except (OSError, ValueError):
+        doc = None
+    doc = doc or {"format": FORMAT, "gpu": gpu_name, "sms": sms, "entries": []}
+    doc["about"] = about
+    keep = {(e["layout"], tuple(e["class"])): e for e in doc["entries"]}
+    for e in entries:
+        keep[(e["layout"], tuple(e["class"]))] = e
+    doc["entries"] = sorted(keep.values(), key=lambda e: (e["layout"], e["class"]))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
+    _load.cache_clear()
+    return len(doc["entries"])

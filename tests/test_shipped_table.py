@@ -1,0 +1,166 @@
+"""The shipped per-GPU tables (kernels/block/shipped.py): lookup by nearest class, the order
+store > table > model, the table off, writing one, and the tables the package ships."""
+import json
+
+import pytest
+import torch
+
+from tiledmm import _backend, tuning
+from tiledmm.analysis.device import properties
+from tiledmm.kernels.block import configs as C
+from tiledmm.kernels.block import heuristics as H
+from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import shipped
+from tiledmm.kernels.block import variants as V
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    """An empty store and no plans; the table folder is tmp_path/'tables' (empty until a test writes)."""
+    monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("TILEDMM_TABLE", raising=False)
+    monkeypatch.setattr(shipped, "TABLES", tmp_path / "tables")
+    shipped._load.cache_clear()
+    tuning.forget()
+    bm._forget_plans()
+    bm.forget_choices()
+    yield tmp_path / "tables"
+    tuning.forget()
+    bm._forget_plans()
+    bm.forget_choices()
+    shipped._load.cache_clear()
+
+
+def _call(m, k, n):
+    dev = _backend.torch_device()
+    g = torch.Generator().manual_seed(m * 7 + n)
+    a, b = torch.randn(m, k, generator=g).to(dev), torch.randn(k, n, generator=g).to(dev)
+    return a, b, torch.empty(m, n, device=dev)
+
+
+def _other_than_model(a, b, c):
+    """A blocked config the model does not pick for this call (the emulation choices are two)."""
+    cands = bm.candidates(a, b, c, "ieee", 1.0, 0.0)
+    model = H.pick(cands, bm._problem(a, b, c, "ieee"), bm.device(None))
+    other = next(cfg for cfg in C.EMULATION_CHOICES if cfg != model.config)
+    return model, other
+
+
+def _write_table(folder, a, b, c, config, shift=(0, 0, 0)):
+    key = bm.plan_key(a, b, c, "ieee", 1.0, 0.0)
+    layout, cls = shipped.split_key(key)
+    cls = tuple(x + s for x, s in zip(cls, shift))
+    p = properties(0)
+    shipped.write(folder / f"{shipped.slug(p.name)}.json", p.name, p.num_sms,
+                  [shipped.entry(layout, cls, "blocked", config, 1.0, "model", 2.0)], {"test": True})
+    return key
+
+
+def _chosen(a, b, c):
+    import tiledmm
+    got = tiledmm.matmul(a, b, kernel="triton")
+    assert torch.allclose(got, a @ b, atol=1e-4)
+    return bm.choices()[bm.plan_key(a, b, c, "ieee", 1.0, 0.0)]
+
+
+def test_the_table_wins_over_the_model_and_times_nothing(fresh, monkeypatch):
+    import tiledmm.timing as T
+    a, b, c = _call(45, 21, 70)
+    model, other = _other_than_model(a, b, c)
+    _write_table(fresh, a, b, c, other)
+    timed = []
+    monkeypatch.setattr(bm, "device_and_host", lambda *x, **k: timed.append(1) or T.device_and_host(*x, **k))
+    ch = _chosen(a, b, c)
+    assert ch["source"] == "table" and ch["config"] == other != model.config, ch
+    assert timed == []
+
+
+def test_a_neighbour_class_one_bucket_away_uses_it_two_do_not(fresh):
+    a, b, c = _call(45, 21, 70)
+    model, other = _other_than_model(a, b, c)
+    _write_table(fresh, a, b, c, other, shift=(1, 0, 0))        # M's bucket one up
+    assert _chosen(a, b, c)["source"] == "table"
+    bm._forget_plans()
+    shipped._load.cache_clear()
+    _write_table(fresh, a, b, c, other, shift=(2, 0, 0))        # replaces nothing: another class, 2 away
+    (fresh / f"{shipped.slug(properties(0).name)}.json").unlink()
+    _write_table(fresh, a, b, c, other, shift=(2, 0, 0))
+    assert _chosen(a, b, c)["source"] == "model"
+
+
+def test_another_layout_or_another_gpu_does_not_match(fresh):
+    a, b, c = _call(45, 21, 70)
+    _, other = _other_than_model(a, b, c)
+    _write_table(fresh, a, b, c, other)
+    bt = b.t().contiguous().t()                                 # B column-major: another layout key
+    assert _chosen(a, bt, c)["source"] == "model"
+    p = properties(0)
+    assert shipped.table_for(p.name, p.num_sms + 1) is None     # same name, other SM count
+    assert shipped.table_for(p.name + " 2", p.num_sms) is None
+
+
+def test_the_store_wins_over_the_table(fresh):
+    a, b, c = _call(45, 21, 70)
+    model, other = _other_than_model(a, b, c)
+    _write_table(fresh, a, b, c, other)
+    tkey = tuning.key_of("triton", *(str(k) for k in bm.plan_key(a, b, c, "ieee", 1.0, 0.0)[:-1]))
+    tuning._memory[tkey] = model.name
+    ch = _chosen(a, b, c)
+    assert ch["source"] == "store" and ch["config"] == model.config
+
+
+def test_table_off_leaves_the_model(fresh, monkeypatch):
+    a, b, c = _call(45, 21, 70)
+    model, other = _other_than_model(a, b, c)
+    _write_table(fresh, a, b, c, other)
+    monkeypatch.setenv("TILEDMM_TABLE", "off")
+    ch = _chosen(a, b, c)
+    assert ch["source"] == "model" and ch["config"] == model.config
+
+
+def test_an_entry_whose_variant_cannot_run_is_skipped(fresh):
+    a, b, c = _call(45, 21, 70)
+    key = bm.plan_key(a, b, c, "ieee", 1.0, 0.0)
+    layout, cls = shipped.split_key(key)
+    p = properties(0)
+    shipped.write(fresh / f"{shipped.slug(p.name)}.json", p.name, p.num_sms,
+                  [shipped.entry(layout, cls, "tma", C.TMA["ieee"][0] if C.TMA.get("ieee") else C.EMULATION,
+                                 1.0, None, None),
+                   shipped.entry(layout, (cls[0] + 1, cls[1], cls[2]), "no-such-variant", C.EMULATION, 1.0, None, None)],
+                  {})
+    assert _chosen(a, b, c)["source"] == "model"      # tma needs Hopper; the other name is unknown
+
+
+def test_timed_choices_become_entries(fresh, monkeypatch):
+    """With tuning on, the choice timed for a class is an entry with its time and the model's."""
+    a, b, c = _call(45, 21, 70)
+    tuning.set_mode("on")
+    try:
+        ch = _chosen(a, b, c)
+    finally:
+        tuning.set_mode("off")
+    assert ch["source"] == "timed"
+    (e,) = bm.table_entries()
+    layout, cls = shipped.split_key(bm.plan_key(a, b, c, "ieee", 1.0, 0.0))
+    assert e["layout"] == layout and tuple(e["class"]) == cls and e["variant"] == ch["variant"]
+    assert e["timed_ms"] > 0 and e["model_ms"] >= e["timed_ms"]
+    n = shipped.write(fresh / "t.json", "gpu", 4, [e], {})
+    assert n == 1 and json.loads((fresh / "t.json").read_text())["entries"][0]["config"] == ch["config"]
+
+
+def test_shipped_tables_name_runnable_choices():
+    """Every table in the package: its GPU's name, and entries naming a variant that exists with a
+    config the variant offers (or a config that fits the GPU's shared memory), in a known layout."""
+    files = sorted(shipped.TABLES.glob("*.json"))
+    for f in files:
+        doc = json.loads(f.read_text())
+        assert doc["format"] == shipped.FORMAT and shipped.slug(doc["gpu"]) == f.stem
+        assert doc["entries"], f
+        for e in doc["entries"]:
+            v = V.BY_NAME[e["variant"]]
+            assert v in V.ALL, e
+            assert len(e["class"]) == 3 and len(e["layout"].split("|")) == 13, e
+            kind = {"none": "16bit"}.get(e["layout"].split("|")[2], e["layout"].split("|")[2])
+            offered = v.configs(kind) + (v.few_rows(kind) if v.few_rows else [])
+            cfg = e["config"]
+            assert cfg in offered or ("BLOCK_M" in cfg and H.smem_bytes(cfg, 2, 2, v.traits.tma_store) <= 232448), e
