@@ -28,11 +28,17 @@ from pathlib import Path
 
 
 def _first_child(dtype: str, n: int) -> None:
+    """cProfile of the first call of 1536^3 in this fresh process; with TILEDMM_PROFILE_NEW_CLASS=1, of a
+    never-seen class after that call instead (the process already warm)."""
     import torch
     import tiledmm
     dt = getattr(torch, dtype)
     a = torch.randn(n, n, device="cuda", dtype=dt)
     b = torch.randn(n, n, device="cuda", dtype=dt)
+    if os.environ.get("TILEDMM_PROFILE_NEW_CLASS"):
+        tiledmm.matmul(a, b)
+        a = torch.randn(n // 2 + 7, 2 * n + 5, device="cuda", dtype=dt)
+        b = torch.randn(2 * n + 5, n, device="cuda", dtype=dt)
     torch.cuda.synchronize()
     prof = cProfile.Profile()
     t = time.perf_counter()
@@ -44,8 +50,9 @@ def _first_child(dtype: str, n: int) -> None:
     ref = a.double() @ b.double()
     err = ((c.double() - ref).norm() / ref.norm()).item()
     s = io.StringIO()
-    pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(45)
-    print(f"FIRST {dtype} {n}^3: {dt_s:.3f} s (profiled), rel err {err:.1e}")
+    pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(90)
+    what = "a new class in a warm process" if os.environ.get("TILEDMM_PROFILE_NEW_CLASS") else f"{n}^3"
+    print(f"FIRST {dtype} {what}: {dt_s:.3f} s (profiled), rel err {err:.1e}")
     print("\n".join(line for line in s.getvalue().splitlines() if line.strip())[:9000])
 
 
@@ -53,19 +60,21 @@ def part_first(args, out: Path | None) -> list[str]:
     rows = []
     triton_cache = tempfile.mkdtemp(prefix="triton-cache-")
     for dtype in ("bfloat16", "float32"):
-        for label in ("warm-up", "profiled"):
+        for label in ("warm-up", "profiled", "new-class"):
             env = dict(os.environ, TILEDMM_CACHE_DIR=tempfile.mkdtemp(prefix="tiledmm-cache-"),
                        TRITON_CACHE_DIR=triton_cache, TILEDMM_QUIET="1")
+            if label != "profiled":
+                env["TILEDMM_PROFILE_NEW_CLASS"] = "1"    # the warm-up compiles both classes
             env.pop("TILEDMM_TUNE", None)
             r = subprocess.run([sys.executable, __file__, "--child-first", dtype, str(args.n)], env=env,
                                capture_output=True, text=True, timeout=300)
             head = next((x for x in r.stdout.splitlines() if x.startswith("FIRST")), r.stderr[-500:])
             rows.append(f"{label:9s} {head}")
-            if label == "profiled":
+            if label != "warm-up":
                 text = r.stdout
                 if out:
-                    (out / f"first_{dtype}.txt").write_text(text + r.stderr)
-                print(text[:6000])
+                    (out / f"first_{dtype}_{label}.txt").write_text(text + r.stderr)
+                print(text[:3000])
     return rows
 
 
