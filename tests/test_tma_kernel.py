@@ -159,6 +159,17 @@ def test_one_tma_variant_family_with_the_epilogue():
     assert set(C.TMA) == set(KINDS)
 
 
+def test_model_keeps_wide_tiles_where_waves_tie(monkeypatch):
+    """8192 x 16384 (Linear(4096, 16384) on 8192 tokens): 63 waves of 128 x 128 against 32 of 128 x 256;
+    the TMA candidates the model ranks are the wide ones (their operand reuse counted), and 8192^3 too."""
+    from tiledmm.kernels.block import matmul as BM
+    monkeypatch.setattr(BM, "emulating", lambda: False)
+    for M, N, K in ((8192, 16384, 4096), (8192, 8192, 8192)):
+        cands = BM.model_candidates([V.TMA], H.Problem(M, N, K, 1, "16bit", 2, 2, True), H.H100)
+        assert {(cd.config["BLOCK_M"], cd.config["BLOCK_N"]) for cd in cands} == {(128, 256)}, cands
+    assert C.prune(C.TMA["16bit"], 8192, 16384, 4096, 132, keep=1)[0]["BLOCK_N"] == 128   # without reuse
+
+
 @pytest.mark.skipif(GPU, reason="emulation: no copy engine")
 def test_not_applicable_without_hopper():
     a = torch.randn(32, 32)

@@ -11,6 +11,7 @@ import math
 
 from ._vcommon import cfg as _cfg
 from ._vcommon import kind_of  # noqa: F401  (the one kind_of, still read here by scripts/fuzz.py, sanitize_block.py)
+from . import heuristics as H
 from .heuristics import fits
 
 
@@ -79,13 +80,18 @@ def fitting(configs: list[dict], esize: int, out_esize: int, tma_store: bool, li
     return [c for c in configs if fits(c, esize, out_esize, tma_store, limit)]
 
 
-def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1, keep: int = 4) -> list[dict]:
+def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1, keep: int = 4,
+          reuse: bool = False) -> list[dict]:
     """The configs worth timing for one shape: rank by a wave model -- the time of
     ceil(tiles / sms) waves of one tile's work, penalising tiles much larger than the
-    problem -- and keep the best ``keep``. Keeps first-call tuning short."""
+    problem -- and keep the best ``keep``. Keeps first-call tuning short. ``reuse``: one tile's
+    work divided by its operand reuse relative to 128 x 256's (``heuristics.reuse``, as the model
+    counts it), so a smaller tile's better wave quantisation does not hide its slower tiles."""
     def cost(c):
         t = tiles(M, N, c, batch)
         waves = math.ceil(t / sms)
         work = c["BLOCK_M"] * c["BLOCK_N"] * max(K, 1)
+        if reuse:
+            work /= H.reuse(c)
         return waves * work, -c["BLOCK_M"] * c["BLOCK_N"]
     return sorted(configs, key=cost)[:keep]

@@ -5,9 +5,9 @@ The TMA needs unit inner strides and 16-byte aligned row strides and bases; wgmm
 in tf32, a transposed view), this variant copies just that operand, inside the call (its cost
 is in every timing), into a buffer whose row stride is rounded up to 16 bytes -- the padding
 is never read: the descriptor keeps the true shape, and the engine zero-fills past it -- and
-then runs the persistent TMA kernel (``tma_persistent.launch``, variant 'tma'). A C that breaks the rules is computed into an aligned buffer and
-copied back (read first when beta != 0). Compare with kmajor_cache.py, which pays B's copy
-once per reused weight.
+then runs the persistent TMA kernel (``tma_persistent.launch``, variant 'tma'). A C that breaks
+the rules is computed into an aligned buffer and copied back (read first when beta != 0).
+Compare with kmajor_cache.py, which pays B's copy once per reused weight.
 """
 from __future__ import annotations
 

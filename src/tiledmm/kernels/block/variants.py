@@ -112,7 +112,14 @@ def _tma_speed(p, cfg) -> float:
     return 1.0 if cfg.get("EPI_SPLIT", 1) == 2 else 0.95
 
 
-TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True,
+def _tma_prune(configs: list, M: int, N: int, K: int, sms: int, batch: int = 1) -> list:
+    """The wave model with each tile's operand reuse counted (configs.prune's ``reuse``): one program
+    per SM runs every tile at its tile's speed, so 63 waves of 128 x 128 tiles (8192 x 16384) do not
+    beat 32 of 128 x 256 (tma_persistent.heuristic, measured: 128 x 256 once its tiles fill the SMs)."""
+    return C.prune(configs, M, N, K, sms, batch, keep=2, reuse=True)
+
+
+TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True, prune=_tma_prune,
               traits=Traits(persistent=True, tma_store=True, speed=_tma_speed, capability=(9, 0)), epilogue=True)
 
 
