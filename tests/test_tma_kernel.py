@@ -126,6 +126,15 @@ def test_fused_epilogue_interpreter(bias_mode, act):
 
 
 @emulation_only
+def test_warp_specialize_flag_interpreter():
+    """WS = True (the unflattened, warp-specialised tile loop on a GPU): the same results here."""
+    a, b, c = _operands(4, 37, 56, 72, torch.float32, 1.0, False)
+    ref = _reference(a, b, c, 1.0, 1.0)
+    T.launch(a, b, c, precision="ieee", beta=1.0, config=dict(_tiny(2), WS=True))
+    _check(c, ref, TOL["ieee"])
+
+
+@emulation_only
 def test_fused_epilogue_changes_the_result():
     """The bias and the activation reach the output (the test above could not tell a skipped
     epilogue from a right one if the reference ignored them too)."""

@@ -218,12 +218,12 @@ def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride
     the launcher), so the kernel takes plain pointers and a repeat call is one bound C launch
     (fastlaunch). B_KMAJOR: B stored K-contiguous (column-major), described as B^T (N x K) -- wgmma
     reads 32-bit operands K-major only, so tf32 needs it. The tile loop is flattened with the K loop
-    (``flatten=True``: the next tile's loads start while this tile's epilogue runs), and the epilogue
+    (``flatten``: the next tile's loads start while this tile's epilogue runs), and the epilogue
     keeps its own tile counter ``tile_c`` (a small live set across the flattened loop). EPI_SPLIT = 2
     writes (and reads, beta != 0) C in two BLOCK_N / 2 halves: half the staging shared memory, so one
-    more pipeline stage fits. WS: ``warp_specialize`` on the tile loop (Triton documents it for
-    Blackwell; on Hopper, triton 3.6, it compiles without specialising and changes the pipelining:
-    docs/performance.md, issue 11)."""
+    more pipeline stage fits. WS: ``warp_specialize`` on the tile loop, then not flattened -- the
+    combination tutorial 09 runs on Hopper with device-side descriptors (it keeps flattening for
+    Blackwell only)."""
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
     if B_KMAJOR:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
@@ -237,7 +237,7 @@ def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride
     k_tiles = tl.cdiv(K, BLOCK_K)
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     tile_c = start - NUM_SMS
-    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=True, warp_specialize=WS):
+    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=not WS, warp_specialize=WS):
         pid_m, pid_n = _tile_id(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N

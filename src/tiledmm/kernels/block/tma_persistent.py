@@ -23,17 +23,16 @@ from .kernels import matmul_tma_persistent_kernel
 
 def heuristic(M: int, N: int, K: int, kind: str, sms: int | None = None) -> dict:
     """Largest tile that still gives the SMs about a full wave (measured on the H100,
-    docs/performance.md, issue 11): 128 x 256 when its tiles fill a wave (the WS-flagged
-    compile for tf32 and for 16-bit beyond 4 waves, where it measured faster), else 128 x 128,
-    else 64 x 128. Positions in ``configs.TMA`` (its tables keep this order)."""
+    docs/performance.md, issue 11): 128 x 256 when its tiles fill a wave, else 128 x 128, else
+    64 x 128. Never the WS-flagged configs: their measured gain was the host-descriptor kernel's,
+    whose flattened loop ignored the flag; here WS unflattens the loop (not measured yet).
+    Positions in ``configs.TMA`` (its tables keep this order)."""
     sms = sms or num_sms()
     table = C.TMA[kind]
     if kind == "ieee":
         return dict(table[0])
-    tiles256 = cdiv(M, 128) * cdiv(N, 256)
-    if tiles256 >= sms:
-        ws = kind == "tf32" or tiles256 >= 4 * sms
-        return dict(table[7] if ws else table[0])
+    if cdiv(M, 128) * cdiv(N, 256) >= sms:
+        return dict(table[0])
     if cdiv(M, 128) * cdiv(N, 128) >= 0.75 * sms:
         return dict(table[3])                       # 128 x 128, 8 warps
     return dict(table[6])                           # 64 x 128
