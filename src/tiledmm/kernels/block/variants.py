@@ -7,7 +7,8 @@ among their configs) per shape class, and new variants plug in by being listed:
     configs(kind) -> list[dict]                  candidate configs (``configs.py``)
     launch(a, b, c, *, precision, alpha, beta, config) -> None
         enqueue c = alpha * a @ b + beta * c on torch's current stream: no host sync,
-        no allocation but torch's (so a CUDA graph can capture it)
+        no allocation but torch's (so a CUDA graph can capture it); a variant whose
+        ``epilogue`` is True also takes bias=, bias_mode=, act= (c = act(... + bias))
 
 a (M, K) or (B, M, K); b (K, N) or (B, K, N) (batch 1 broadcasts); c (M, N) or (B, M, N):
 torch tensors on the kernels' device with any strides (``tma`` takes fewer, see ``applicable``).
