@@ -159,6 +159,17 @@ def test_configs_fit_shared_memory_and_heuristic_picks_from_them(kind, esize):
         assert T.heuristic(*shape, kind, 132) in table
 
 
+def test_beta_drops_stages_only_where_the_read_back_does_not_fit():
+    """beta != 0 stages C's piece once more (sizes from sm_90 compiles: 128 x 256 x 32 tf32 3 stages
+    279,576 bytes, 2 stages 230,416; 128 x 256 x 64 bf16 3 stages 213,032)."""
+    limit = H.H100.smem
+    for kind, esize, stages in (("16bit", 2, 3), ("tf32", 4, 2)):
+        meta = {k: v for k, v in C.TMA[kind][0].items() if k not in ("num_warps", "num_stages")}
+        assert T._fit_beta(meta, 3, esize, esize, limit) == stages, kind
+    meta = {k: v for k, v in C.TMA["16bit"][1].items() if k not in ("num_warps", "num_stages")}
+    assert T._fit_beta(meta, 4, 2, 2, limit) == 3                  # 4 stages: 262,192 bytes with the read-back
+
+
 def test_one_tma_variant_family_with_the_epilogue():
     names = [v.name for v in V.ALL + V.OPT_IN]
     assert "tma-persistent" not in names and {"tma", "tma-kmajor", "tma-copy", "tma-kcache"} <= set(names)
