@@ -34,12 +34,18 @@ from compile_workers import add_args, compile_shard, precompile  # noqa: E402  (
 
 
 def _imports():
-    """The variant modules by name, and the timing method."""
+    """The variant modules by name (variant 'tma' as one: its table and tma_persistent.py's functions),
+    and the timing method."""
     if SRC not in sys.path:
         sys.path.insert(0, SRC)
-    from tiledmm.kernels.block import kmajor_cache, splitk, tma_copy, tma_persistent
+    from types import SimpleNamespace
+
+    from tiledmm.kernels.block import configs, kmajor_cache, splitk, tma_copy
+    from tiledmm.kernels.block import tma_persistent as T
     from tiledmm.timing import time_calls
-    return {m.NAME: m for m in (tma_persistent, tma_copy, kmajor_cache, splitk)}, time_calls
+    tma = SimpleNamespace(NAME="tma", CONFIGS=configs.TMA, heuristic=T.heuristic, applicable=T.applicable,
+                          launch=T.launch, _last=T._last)
+    return {m.NAME: m for m in (tma, tma_copy, kmajor_cache, splitk)}, time_calls
 
 
 SUITES = {
@@ -53,7 +59,7 @@ SUITES = {
 PRECS = {"bf16": ("bfloat16", "none"), "fp16": ("float16", "none"), "tf32": ("float32", "tf32")}
 TOL = {"bf16": 1.5e-2, "fp16": 5e-3, "tf32": 3e-3}
 SWEEP = {   # shapes where every config of a variant is timed (--sweep)
-    "tma-persistent": [(2048, 2048, 2048), (1024, 1024, 1024), (256, 5120, 5120), (256, 5120, 13824),
+    "tma": [(2048, 2048, 2048), (1024, 1024, 1024), (256, 5120, 5120), (256, 5120, 13824),
                        (32, 5120, 5120), (8192, 8192, 8192)],
     "tma-kcache": [(4096, 4096, 4096), (256, 5120, 13824)],
     "splitk": [(1, 5120, 13824), (32, 5120, 5120), (256, 5120, 13824), (128, 11008, 4096), (16, 4096, 4096),
@@ -110,7 +116,7 @@ def make_inputs(torch, s, p, nsets, gen_seed):
 def variant_ok(mod, a, b, c, prec, tma_name_applicable):
     if not mod.applicable(a, b, c, prec, 1.0, 0.0):
         return False
-    if mod.NAME == "tma-copy" and tma_name_applicable:   # identical to tma-persistent then
+    if mod.NAME == "tma-copy" and tma_name_applicable:   # identical to tma then
         return False
     return True
 
@@ -137,7 +143,7 @@ def worker(args):
             inputs[(s, p)] = make_inputs(torch, s, p, 1, 0)[0]
         a, b, c = inputs[(s, p)]
         mod, prec = mods[name], PRECS[p][1]
-        if not variant_ok(mod, a, b, c, prec, mods["tma-persistent"].applicable(a, b, c, prec)):
+        if not variant_ok(mod, a, b, c, prec, mods["tma"].applicable(a, b, c, prec)):
             return
         mod.launch(a, b, c, precision=prec, alpha=1.0, beta=0.0, config=config_for(mod, s, p, idx))
         if idx is None:   # the alpha/beta specialisation of the heuristic config too
@@ -223,7 +229,7 @@ def main(args):
                          flops)
         torch_graph_ms[(s, p)] = gms_t
         ref = torch.matmul(a0.double(), bm0.double())
-        tma_app = mods["tma-persistent"].applicable(a0, bm0, c0, prec)
+        tma_app = mods["tma"].applicable(a0, bm0, c0, prec)
         for name, idx in todo:
             mod = mods[name]
             if not variant_ok(mod, a0, bm0, c0, prec, tma_app):
@@ -285,7 +291,7 @@ def main(args):
             sets = make_inputs(torch, s, p, 1, 1)
             a, b, c = sets[0]
             mod = mods[r["variant"]]
-            target = mods["tma-persistent"] if r["variant"] in ("tma-copy", "tma-kcache") else mod
+            target = mods["tma"] if r["variant"] in ("tma-copy", "tma-kcache") else mod
             target._last.clear() if hasattr(target, "_last") else None
             mod.launch(a, b, c, precision=PRECS[p][1], config=r["config"])
             comp = getattr(target, "_last", {}).get("kernel")

@@ -157,14 +157,12 @@ def _triton_key(kernel, **ints):
                                       not params[n].do_not_specialize_on_alignment) for n, v in ints.items()}
 
 
-@pytest.mark.parametrize("kernel", ["matmul_kernel", "splitk_kernel", "tma_persistent_kernel",
-                                    "matmul_tma_persistent_kernel"])
+@pytest.mark.parametrize("kernel", ["matmul_kernel", "splitk_kernel", "matmul_tma_persistent_kernel"])
 def test_one_compiled_kernel_serves_every_M(kernel):
     """M = 1, 128 and 129 give Triton the same specialisation (one compile for a shape class);
     N still tells 1, divisible by 16 and neither apart (its vector loads), as Triton's rule says."""
-    from tiledmm.kernels.block import kernels as KS, splitk, tma_persistent
+    from tiledmm.kernels.block import kernels as KS, splitk
     fn = {"matmul_kernel": KS.matmul_kernel, "splitk_kernel": splitk.splitk_kernel,
-          "tma_persistent_kernel": tma_persistent.tma_persistent_kernel,
           "matmul_tma_persistent_kernel": KS.matmul_tma_persistent_kernel}[kernel]
     keys = [_triton_key(fn, M=m) for m in (1, 128, 129)]
     assert keys[0] == keys[1] == keys[2]

@@ -1,9 +1,9 @@
-"""The issue-11 variant modules (kernels/block/{tma_persistent,tma_copy,kmajor_cache,splitk}.py).
+"""The issue-11 variant modules (kernels/block/{tma_copy,kmajor_cache,splitk}.py).
 
 Emulation (Triton's interpreter on CPU torch tensors; tiny sizes and configs, the interpreter
-ignores num_warps): split-K, and the persistent TMA kernel's logic (the interpreter models
-tensor descriptors) are checked against float64 with odd sizes, K = 1, M = 1, alpha/beta,
-batches, NaN-poisoned outputs. The K-major cache is plain torch and runs anywhere.
+ignores num_warps): split-K is checked against float64 with odd sizes, K = 1, M = 1, alpha/beta,
+batches, NaN-poisoned outputs (the persistent TMA kernel that tma-copy and tma-kcache launch:
+tests/test_tma_kernel.py). The K-major cache is plain torch and runs anywhere.
 On a GPU (@pytest.mark.gpu): every variant through applicable() + launch(), against float64:
 every config of its table on the first shape, its heuristic config on the others; a variant
 that applies to no layout of a call is reported skipped, and one that should apply (split-K
@@ -23,7 +23,7 @@ from tiledmm.kernels.block import _vcommon as V  # noqa: E402
 from tiledmm.kernels.block import heuristics as H  # noqa: E402
 from tiledmm.kernels.block import kmajor_cache, splitk, tma_copy, tma_persistent  # noqa: E402
 
-VARIANTS = (tma_persistent, tma_copy, kmajor_cache, splitk)
+VARIANTS = (tma_copy, kmajor_cache, splitk)
 DEV = "cuda" if GPU else "cpu"
 TOL = {torch.float32: 1e-5, "tf32": 3e-3, torch.bfloat16: 1.5e-2, torch.float16: 4e-3}
 CASES = [(torch.float32, "ieee"), (torch.float32, "tf32"), (torch.bfloat16, "none"), (torch.float16, "none")]
@@ -70,12 +70,6 @@ def test_interface(mod):
             for shape in [(1, 5120, 5120), (256, 13824, 5120), (4096, 4096, 4096), (127, 8191, 127)]:
                 h = mod.heuristic(*shape, kind)
                 assert h in configs, (kind, shape, h)
-
-
-@pytest.mark.parametrize("kind,esize", [("16bit", 2), ("tf32", 4), ("ieee", 4)])
-def test_tma_configs_fit_shared_memory(kind, esize):
-    for c in tma_persistent.CONFIGS[kind]:
-        assert H.smem_bytes(c, esize, esize, tma_persistent.TRAITS.tma_store) <= H.H100.smem, c
 
 
 def test_applicable_rejects_bad_inputs():
@@ -130,27 +124,6 @@ def test_splitk_split_counts():
     assert splitk.splits_for(4096, 4096, 64, 1, meta, V.num_sms())[0] == 1   # short K: never split
     s, k_per = splitk.splits_for(16, 64, 1, 1, dict(meta, SPLIT_K=5), V.num_sms())
     assert s == 1 and k_per >= 1
-
-
-# --- the persistent TMA kernel's logic in the interpreter ----------------------------------------
-
-@emulation_only
-@pytest.mark.parametrize("dtype,prec", CASES)
-@pytest.mark.parametrize("kmajor", [False, True])
-@pytest.mark.parametrize("epi", [1, 2])
-def test_tma_persistent_interpreter(dtype, prec, kmajor, epi):
-    gen = torch.Generator().manual_seed(11 + epi)
-    M, K, N = 40, 48, 64   # 3 x 2 tiles of 16 x 32 on 4 "SMs": programs take 1-2 tiles
-    cfg = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, EPI_SPLIT=epi, WS=False, num_warps=4, num_stages=2)
-    for alpha, beta in [(1.0, 0.0), (2.0, -0.5)]:
-        a, b, c = _operands(gen, (M, K), (K, N), (M, N), dtype, beta)
-        if kmajor:
-            b = b.T.contiguous().T
-        ref = _ref(a, b, c, alpha, beta)
-        if dtype == torch.bfloat16:   # the interpreter's bf16 dot is wrong (triton 3.9): check fp32 logic
-            a, b, c, dtype = a.float(), b.float(), c.float(), torch.float32
-        tma_persistent.launch(a, b, c, precision=prec, alpha=alpha, beta=beta, config=cfg)
-        _check(c, ref, dtype, prec)
 
 
 # --- the K-major cache (plain torch) -------------------------------------------------------------

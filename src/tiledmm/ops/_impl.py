@@ -132,9 +132,11 @@ def gemm(a, b, c, bias, alpha: float, beta: float, bias_dim: int, act: str, kern
 
 
 def _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision) -> bool:
-    """The whole call in the Triton ``blocked`` kernel's epilogue, where the dispatcher's pick for
-    this call is that variant (a plain product: whatever it picks); False (nothing done) where it
-    cannot be: other dtypes or devices, 1-D operands, batches the kernel does not take."""
+    """The whole call in one Triton kernel's epilogue, where the dispatcher's pick for this call is
+    a variant whose launch takes the fused epilogue (``Variant.epilogue``: the blocked and the
+    persistent TMA kernels; a plain product: whatever it picks); False (nothing done) where it
+    cannot be: other dtypes or devices, 1-D operands, batches the kernel does not take, a pick
+    without the epilogue and a bias or an activation to apply."""
     if str(a.dtype) not in _FUSED_DTYPES or a.device.type != ("cpu" if _backend.emulating() else "cuda") \
             or a.dim() < 2 or b.dim() < 2:
         return False
@@ -154,10 +156,9 @@ def _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision) -> bool:
                                  C.numel() * A.shape[-1] > _backend.emulation_limit(2 ** 24)):
         return False        # the interpreter keys its copies by address (api._compute); the limit: api's
     from ..kernels.block import matmul as BM
-    from ..kernels.block import variants as V
     prec = BM.check_precision(str(a.dtype).replace("torch.", ""), precision)
     fn = BM.resolved(A, B, C, prec, alpha, beta)
-    if getattr(fn, "func", None) is not V.BLOCKED.launch:
+    if not getattr(fn, "epilogue", False):
         if bias is None and act == "none":
             fn(A, B, C, alpha=alpha, beta=beta)
             return True

@@ -1,16 +1,16 @@
-"""Small helpers shared by the variant modules (tma_persistent, splitk, kmajor_cache).
+"""Small helpers shared by the variants (variants.py, tma_persistent, splitk, kmajor_cache, tma_copy).
 
 Each variant module exposes NAME, applicable(), CONFIGS, heuristic() and launch() (and,
 where it has them, REPLAYABLE, prune() and TRAITS for the model); variants.from_module
 plugs them in. Here: the device's properties per device index, the one Hopper test, the
-one ``kind_of`` and ``cfg``. Nothing here launches a kernel.
+one ``kind_of`` and ``cfg``, the FastKernel per (kernel, config, flags). Nothing here launches a kernel.
 """
 from __future__ import annotations
 
 import functools
 import os
 
-from .fastlaunch import Launcher, current_stream, ensure_allocator  # noqa: F401  (one home for launches, the raw stream, the allocator)
+from .fastlaunch import FastKernel, Launcher, current_stream, ensure_allocator  # noqa: F401  (one home for launches)
 
 from ..._backend import emulating, mode
 from .heuristics import Device
@@ -117,6 +117,15 @@ def tma_ok(*tensors) -> bool:
 def cfg(bm, bn, bk, warps, stages, **extra) -> dict:
     """One config: tile, phase width, extra meta-parameters (GROUP_M, ...), warps, stages."""
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, **extra, "num_warps": warps, "num_stages": stages}
+
+
+@functools.lru_cache(maxsize=None)
+def fast(kernel, config: tuple, flags: tuple) -> FastKernel:
+    """The FastKernel of ``kernel`` with a config's items (``num_warps``, ``num_stages`` among them)
+    and the launch's fixed meta ``flags`` (name, value pairs), one per distinct triple."""
+    cfg = dict(config)
+    warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
+    return FastKernel(kernel, {**cfg, **dict(flags)}, warps, stages)
 
 
 def split_meta(config: dict) -> tuple[dict, int, int]:

@@ -11,6 +11,7 @@ import math
 
 from ._vcommon import cfg as _cfg
 from ._vcommon import kind_of  # noqa: F401  (the one kind_of, still read here by scripts/fuzz.py, sanitize_block.py)
+from . import heuristics as H
 from .heuristics import fits
 
 
@@ -41,14 +42,31 @@ BLOCKED_FEW_ROWS = {
     "tf32": [dict(cfg(16, 128, 64, 8, 4, 4), SWAP=2), dict(cfg(32, 128, 64, 8, 4, 4), SWAP=2)],
     "ieee": [],
 }
+
+
+def tma_cfg(bm: int, bn: int, bk: int, warps: int, stages: int, epi: int = 2, ws: bool = False) -> dict:
+    """A config of the persistent TMA kernel: GROUP_M 8, the epilogue in ``epi`` pieces (EPI_SPLIT),
+    ``ws``: the warp_specialize flag on its tile loop (WS)."""
+    return _cfg(bm, bn, bk, warps, stages, GROUP_M=8, EPI_SPLIT=epi, WS=ws)
+
+
+# The persistent TMA kernel (variant 'tma'), all within the H100's shared memory (heuristics.smem_bytes).
+# The union of the tables of the two kernels it replaces (issue 25), a tile, warps and stages listed
+# once: with EPI_SPLIT 2 where both had it (the half-tile epilogue measured faster on the same tiles,
+# docs/measurements/issue11_tuning_report_h100_session6.txt); 128 x 256 x 32 tf32 with 4 stages left
+# out (it does not fit). Order matters: tma_persistent.heuristic picks by position, and the wave model
+# (prune) keeps the first of configs it ties.
 TMA = {
-    "ieee": [cfg(128, 128, 32, 8, 8, 3), cfg(64, 128, 32, 8, 4, 3), cfg(128, 64, 32, 8, 4, 4),
-             cfg(64, 64, 32, 8, 4, 3), cfg(128, 128, 16, 8, 8, 4)],
-    "16bit": [cfg(128, 256, 64, 8, 8, 3), cfg(128, 128, 64, 8, 4, 4), cfg(128, 256, 64, 8, 8, 4),
-              cfg(128, 128, 64, 8, 8, 4), cfg(256, 128, 64, 8, 8, 3)],
-    "tf32": [cfg(128, 256, 32, 8, 8, 3), cfg(128, 128, 32, 8, 4, 4), cfg(128, 128, 32, 8, 8, 4),
-             cfg(256, 128, 32, 8, 8, 3), cfg(128, 256, 32, 8, 8, 4)],
+    "16bit": [tma_cfg(128, 256, 64, 8, 3), tma_cfg(128, 256, 64, 8, 4), tma_cfg(256, 128, 64, 8, 3),
+              tma_cfg(128, 128, 64, 8, 4), tma_cfg(128, 128, 64, 4, 4), tma_cfg(128, 128, 128, 8, 3),
+              tma_cfg(64, 128, 64, 4, 4), tma_cfg(128, 256, 64, 8, 3, ws=True)],
+    "tf32": [tma_cfg(128, 256, 32, 8, 3), tma_cfg(256, 128, 32, 8, 3), tma_cfg(128, 128, 32, 8, 5),
+             tma_cfg(128, 128, 32, 8, 4), tma_cfg(128, 128, 64, 8, 3), tma_cfg(128, 128, 32, 4, 4),
+             tma_cfg(64, 128, 32, 4, 4), tma_cfg(128, 256, 32, 8, 3, ws=True)],
+    "ieee": [tma_cfg(128, 128, 32, 8, 3), tma_cfg(64, 128, 32, 4, 3), tma_cfg(128, 64, 32, 4, 4),
+             tma_cfg(64, 64, 32, 4, 3, epi=1), tma_cfg(128, 128, 16, 8, 4, epi=1)],
 }
+
 EMULATION = cfg(32, 32, 16, 4, 4, 1)   # the interpreter: small tiles, warps and stages ignored
 EMULATION_CHOICES = (EMULATION, cfg(16, 64, 16, 4, 4, 1))   # what the dispatcher chooses among there
 
@@ -62,13 +80,18 @@ def fitting(configs: list[dict], esize: int, out_esize: int, tma_store: bool, li
     return [c for c in configs if fits(c, esize, out_esize, tma_store, limit)]
 
 
-def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1, keep: int = 4) -> list[dict]:
+def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1, keep: int = 4,
+          reuse: bool = False) -> list[dict]:
     """The configs worth timing for one shape: rank by a wave model -- the time of
     ceil(tiles / sms) waves of one tile's work, penalising tiles much larger than the
-    problem -- and keep the best ``keep``. Keeps first-call tuning short."""
+    problem -- and keep the best ``keep``. Keeps first-call tuning short. ``reuse``: one tile's
+    work divided by its operand reuse relative to 128 x 256's (``heuristics.reuse``, as the model
+    counts it), so a smaller tile's better wave quantisation does not hide its slower tiles."""
     def cost(c):
         t = tiles(M, N, c, batch)
         waves = math.ceil(t / sms)
         work = c["BLOCK_M"] * c["BLOCK_N"] * max(K, 1)
+        if reuse:
+            work /= H.reuse(c)
         return waves * work, -c["BLOCK_M"] * c["BLOCK_N"]
     return sorted(configs, key=cost)[:keep]

@@ -107,6 +107,12 @@ def fits(c: dict, esize: int, out_esize: int, tma_store: bool, limit: int) -> bo
     return smem_bytes(c, esize, out_esize, tma_store) <= limit
 
 
+def reuse(c: dict) -> float:
+    """A tile's operand reuse, BLOCK_M x BLOCK_N products per (BLOCK_M + BLOCK_N) operands, relative to
+    128 x 256's (the largest tile the tables hold), at most 1: below it the tensor cores wait on shared memory."""
+    return min(1.0, c["BLOCK_M"] * c["BLOCK_N"] / (c["BLOCK_M"] + c["BLOCK_N"]) / _BEST_INTENSITY)
+
+
 def _per_sm(c: dict, p: Problem, t: Traits, dev: Device) -> int:
     """Programs one SM holds at once: its shared memory, 64 warps, and 64K registers (the fp32
     accumulator spread over the block's threads plus about 64 for addresses and operands)."""
@@ -125,9 +131,8 @@ def estimate_us(c: dict, p: Problem, t: Traits, dev: Device, copy_bytes: int = 0
     tiles = p.batch * math.ceil(p.M / bm) * math.ceil(p.N / bn)
     S, k_per = t.split(p.M, p.N, p.K, p.batch, c, dev.sms) if t.split else (1, p.K)
     programs = tiles * S
-    intensity = bm * bn / (bm + bn) / _BEST_INTENSITY
     spills = c["BLOCK_M"] * c["BLOCK_N"] // (32 * c.get("num_warps", 4)) + 64 > 255
-    speed = t.speed(p, c) * min(1.0, intensity) * (0.5 if spills else 1.0)
+    speed = t.speed(p, c) * reuse(c) * (0.5 if spills else 1.0)
     # each program fills its pipeline once (a persistent program once for all its tiles)
     k_eff = max(k_per, 1) + (0 if t.persistent else c.get("num_stages", 1) * c["BLOCK_K"])
     compute = math.ceil(programs / dev.sms) * bm * bn * k_eff / (_MACS_PER_US[p.kind] * speed)
@@ -168,9 +173,8 @@ _TMA_TF32 = (378, 0.75)   # the persistent TMA kernel, tf32 128x128: measured TF
 def gluon_speed(p: Problem, c: dict) -> float:
     """The Gluon kernel's throughput relative to the persistent TMA kernel (Traits.speed)."""
     bm, bn = c["BLOCK_M"], c["BLOCK_N"]
-    intensity = min(1.0, bm * bn / (bm + bn) / _BEST_INTENSITY)
     if p.kind == "tf32":
-        return GLUON_TF32_RATE.get((bm, bn), min(GLUON_TF32_RATE.values())) / _TMA_TF32[0] * _TMA_TF32[1] / intensity
+        return GLUON_TF32_RATE.get((bm, bn), min(GLUON_TF32_RATE.values())) / _TMA_TF32[0] * _TMA_TF32[1] / reuse(c)
     return (1.0 + min(GLUON_CAP, max(0.0, GLUON_EPI_K / max(p.K, 1) - GLUON_TIE))) * \
         (1.0 if p.rows128 else GLUON_UNALIGNED)
 

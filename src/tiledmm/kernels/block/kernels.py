@@ -178,39 +178,91 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
                   BIAS != 0, ACT)
 
 
+@triton.jit
+def _tma_epilogue(c_desc, acc, off_m, off_n, M, N, alpha, beta, bias_ptr, stride_bias,
+                  BM: tl.constexpr, BN: tl.constexpr, ALPHA_ONE: tl.constexpr, HAS_BETA: tl.constexpr,
+                  BIAS: tl.constexpr, ACT: tl.constexpr):
+    """One BM x BN piece of the fused epilogue through the copy engine: C = act(alpha * acc + beta * C
+    + bias) at (off_m, off_n), C read (beta != 0 only) and written by ``c_desc`` -- the TMA zero-fills
+    the read and clips the write at the matrix's edges; the bias (``matmul_kernel``'s BIAS) is a
+    masked ``tl.load``."""
+    if not ALPHA_ONE:
+        acc = acc * alpha
+    if HAS_BETA:
+        acc += beta * c_desc.load([off_m, off_n]).to(tl.float32)
+    if BIAS == 1:
+        cols = off_n + tl.arange(0, BN)
+        acc += tl.load(bias_ptr + cols * stride_bias, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    elif BIAS == 2:
+        rows = off_m + tl.arange(0, BM)
+        acc += tl.load(bias_ptr + rows * stride_bias, mask=rows < M, other=0.0).to(tl.float32)[:, None]
+    acc = _activation(acc, ACT)
+    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
 @triton.jit(do_not_specialize=["M", "N", "K"])   # descriptors do the bounds: sizes only count tiles
 def matmul_tma_persistent_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_bn, stride_cm,
+                                 alpha, beta,
                                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                                  GROUP_M: tl.constexpr, PRECISION: tl.constexpr, B_KMAJOR: tl.constexpr,
-                                 NUM_SMS: tl.constexpr):
-    """Hopper's own path: one program per SM walks tiles (persistent), and the tiles
-    arrive through the tensor memory accelerator (TMA) into shared memory. The TMA
-    zero-fills reads outside the matrix and clips writes -- the lectures' two
-    boundary rules, done by the copy engine. Needs 16-byte-aligned row strides."""
+                                 HAS_BETA: tl.constexpr, ALPHA_ONE: tl.constexpr, NUM_SMS: tl.constexpr,
+                                 EPI_SPLIT: tl.constexpr = 1, WS: tl.constexpr = False,
+                                 bias_ptr=None, stride_bias=0, BIAS: tl.constexpr = 0, ACT: tl.constexpr = "none"):
+    """Hopper's own path, C = act(alpha * A @ B + beta * C + bias) (the epilogue of ``matmul_kernel``):
+    one program per SM walks the tiles in the grouped order (persistent), and the tiles arrive
+    through the tensor memory accelerator (TMA) into shared memory. The TMA zero-fills reads outside
+    the matrix and clips writes -- the lectures' two boundary rules, done by the copy engine. Needs
+    unit inner strides and 16-byte-aligned bases and row strides.
+
+    The descriptors are built here, on the device (``tl.make_tensor_descriptor``: global scratch from
+    the launcher), so the kernel takes plain pointers and a repeat call is one bound C launch
+    (fastlaunch). B_KMAJOR: B stored K-contiguous (column-major), described as B^T (N x K) -- wgmma
+    reads 32-bit operands K-major only, so tf32 needs it. The tile loop is flattened with the K loop
+    (``flatten``: the next tile's loads start while this tile's epilogue runs), and the epilogue
+    keeps its own tile counter ``tile_c`` (a small live set across the flattened loop). EPI_SPLIT = 2
+    writes (and reads, beta != 0) C in two BLOCK_N / 2 halves: half the staging shared memory, so one
+    more pipeline stage fits. WS: ``warp_specialize`` on the tile loop, then not flattened -- the
+    combination tutorial 09 runs on Hopper with device-side descriptors (it keeps flattening for
+    Blackwell only)."""
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
-    if B_KMAJOR:   # B stored K-contiguous (column-major): describe B^T, N x K
+    if B_KMAJOR:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
                                            block_shape=[BLOCK_N, BLOCK_K])
     else:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
                                            block_shape=[BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
-    num_tiles = ((M + BLOCK_M - 1) // BLOCK_M) * ((N + BLOCK_N - 1) // BLOCK_N)
-    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, flatten=True):
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                       block_shape=[BLOCK_M, BLOCK_N // EPI_SPLIT])
+    start = tl.program_id(0)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    tile_c = start - NUM_SMS
+    for tile in tl.range(start, num_tiles, NUM_SMS, flatten=not WS, warp_specialize=WS):
         pid_m, pid_n = _tile_id(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for phase in range((K + BLOCK_K - 1) // BLOCK_K):
-            a = a_desc.load([off_m, phase * BLOCK_K])
+        for ki in range(k_tiles):
+            off_k = ki * BLOCK_K
+            a = a_desc.load([off_m, off_k])
             if B_KMAJOR:
-                b = b_desc.load([off_n, phase * BLOCK_K]).T
+                b = b_desc.load([off_n, off_k]).T
             else:
-                b = b_desc.load([phase * BLOCK_K, off_n])
+                b = b_desc.load([off_k, off_n])
             if PRECISION == "none":
                 acc = tl.dot(a, b, acc)
             else:
                 acc = tl.dot(a, b, acc, input_precision=PRECISION)
-        c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
-
-
+        tile_c += NUM_SMS
+        pid_m, pid_n = _tile_id(tile_c, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        if EPI_SPLIT == 2:
+            acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            _tma_epilogue(c_desc, acc0, off_m, off_n, M, N, alpha, beta, bias_ptr, stride_bias,
+                          BLOCK_M, BLOCK_N // 2, ALPHA_ONE, HAS_BETA, BIAS, ACT)
+            _tma_epilogue(c_desc, acc1, off_m, off_n + BLOCK_N // 2, M, N, alpha, beta, bias_ptr, stride_bias,
+                          BLOCK_M, BLOCK_N // 2, ALPHA_ONE, HAS_BETA, BIAS, ACT)
+        else:
+            _tma_epilogue(c_desc, acc, off_m, off_n, M, N, alpha, beta, bias_ptr, stride_bias,
+                          BLOCK_M, BLOCK_N, ALPHA_ONE, HAS_BETA, BIAS, ACT)

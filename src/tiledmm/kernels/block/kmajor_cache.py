@@ -23,6 +23,7 @@ from collections import OrderedDict
 
 from ... import _adapter
 from . import _vcommon as V
+from . import configs as C
 from . import tma_persistent as T
 from ._vcommon import kind_of
 from .transpose import k_major
@@ -68,7 +69,7 @@ def clear() -> None:
         _cache.clear()
 
 
-CONFIGS = {"16bit": [], "tf32": T.CONFIGS["tf32"], "ieee": []}
+CONFIGS = {"16bit": [], "tf32": C.TMA["tf32"], "ieee": []}
 
 
 def heuristic(M: int, N: int, K: int, kind: str) -> dict:
@@ -76,7 +77,7 @@ def heuristic(M: int, N: int, K: int, kind: str) -> dict:
 
 
 def applicable(a, b, c, precision, alpha=1.0, beta=0.0) -> bool:
-    """tf32 on Hopper, 2-D, A and C row-major, B row-major (a K-major B goes to tma-persistent
+    """tf32 on Hopper, 2-D, A and C row-major, B row-major (a K-major B goes to variant 'tma'
     directly) with K a multiple of 4 (the copy's rows, K * 4 bytes, 16-byte aligned)."""
     if kind_of(precision) != "tf32" or not V.hopper(a):
         return False

@@ -105,6 +105,7 @@ def resolved(a, b, c, precision: str, alpha: float, beta: float) -> Callable:
 def _bind(v: V.Variant, precision: str, config: dict) -> Callable:
     fn = functools.partial(v.launch, precision=precision, config=config)
     fn.replayable = v.replayable     # type: ignore[attr-defined]  (read by fastlaunch.replay)
+    fn.epilogue = v.epilogue         # type: ignore[attr-defined]  (read by tiledmm.ops: bias=, bias_mode=, act=)
     return fn
 
 

@@ -1,24 +1,25 @@
-"""Variant 'tma-copy': tma-persistent for operands the copy engine cannot take as given.
+"""Variant 'tma-copy': the persistent TMA kernel for operands the copy engine cannot take as given.
 
 The TMA needs unit inner strides and 16-byte aligned row strides and bases; wgmma needs
 32-bit operands K-major. Where an operand breaks a rule (odd K or N in 16-bit, a row-major B
 in tf32, a transposed view), this variant copies just that operand, inside the call (its cost
 is in every timing), into a buffer whose row stride is rounded up to 16 bytes -- the padding
 is never read: the descriptor keeps the true shape, and the engine zero-fills past it -- and
-then runs tma-persistent. A C that breaks the rules is computed into an aligned buffer and
-copied back (read first when beta != 0). Compare with kmajor_cache.py, which pays B's copy
-once per reused weight.
+then runs the persistent TMA kernel (``tma_persistent.launch``, variant 'tma'). A C that breaks
+the rules is computed into an aligned buffer and copied back (read first when beta != 0).
+Compare with kmajor_cache.py, which pays B's copy once per reused weight.
 """
 from __future__ import annotations
 
 from . import _vcommon as V
+from . import configs as C
 from . import tma_persistent as T
 from ._vcommon import hopper, kind_of
 from .heuristics import Traits
 from .transpose import transpose_into
 
 NAME = "tma-copy"
-CONFIGS = T.CONFIGS
+CONFIGS = C.TMA
 
 
 def heuristic(M: int, N: int, K: int, kind: str, sms: int | None = None) -> dict:

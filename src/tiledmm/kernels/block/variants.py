@@ -7,30 +7,33 @@ among their configs) per shape class, and new variants plug in by being listed:
     configs(kind) -> list[dict]                  candidate configs (``configs.py``)
     launch(a, b, c, *, precision, alpha, beta, config) -> None
         enqueue c = alpha * a @ b + beta * c on torch's current stream: no host sync,
-        no allocation but torch's (so a CUDA graph can capture it)
+        no allocation but torch's (so a CUDA graph can capture it); a variant whose
+        ``epilogue`` is True also takes bias=, bias_mode=, act= (c = act(... + bias))
 
 a (M, K) or (B, M, K); b (K, N) or (B, K, N) (batch 1 broadcasts); c (M, N) or (B, M, N):
 torch tensors on the kernels' device with any strides (``tma`` takes fewer, see ``applicable``).
 
 Everything the dispatcher and the no-timing model need to know of a variant is an attribute
 of its ``Variant`` (``traits`` for the model, ``few_rows``, ``splits_batch``, ``emulation``,
-``own_config``): the dispatcher never tests a variant's name.
+``own_config``, ``epilogue``): the dispatcher never tests a variant's name.
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..._backend import emulating
 from . import configs as C
-from . import gluon_gemm, kmajor_cache, splitk, tma_copy, tma_persistent
+from . import gluon_gemm, kmajor_cache, splitk, tma_copy
 from . import heuristics as H
-from ._vcommon import cdiv, ensure_allocator, hopper, index_of, num_sms
+from ._vcommon import cdiv, hopper, tma_ok
+from ._vcommon import fast as _fast
 from .heuristics import Traits
-from .fastlaunch import WORKSPACE, FastKernel
+from .fastlaunch import WORKSPACE
 from .transpose import k_major
-from .kernels import matmul_kernel, matmul_tma_persistent_kernel
+from .kernels import matmul_kernel
+from .tma_persistent import applicable as tma_applicable
+from .tma_persistent import launch as _tma_launch
 
 MAX_GRID_YZ = 65535   # CUDA's limit on gridDim.y and gridDim.z
 
@@ -56,13 +59,9 @@ class Variant:
     splits_batch: bool = False
     # the configs the dispatcher offers in the interpreter (none: not chosen there, only forced)
     emulation: tuple = ()
-
-
-@functools.lru_cache(maxsize=None)
-def _fast(kernel, config: tuple, flags: tuple) -> FastKernel:
-    cfg = dict(config)
-    warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
-    return FastKernel(kernel, {**cfg, **dict(flags)}, warps, stages)
+    # its launch also takes the fused epilogue's keywords bias=, bias_mode=, act= (matmul_kernel's
+    # BIAS and ACT): tiledmm.ops runs bias and activation in it instead of two more passes over C
+    epilogue: bool = False
 
 
 def _dims(a, b):
@@ -102,40 +101,27 @@ def _blocked_launch(a, b, c, *, precision, alpha, beta, config, bias=None, bias_
 
 BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True,
                   traits=Traits(speed=splitk.TRAITS.speed), few_rows=lambda kind: C.BLOCKED_FEW_ROWS[kind],
-                  splits_batch=True, emulation=C.EMULATION_CHOICES)   # split-K runs the blocked kernel's pieces
+                  splits_batch=True, emulation=C.EMULATION_CHOICES,
+                  epilogue=True)   # split-K runs the blocked kernel's pieces
 
 
-# -- TMA, persistent (Hopper) ---------------------------------------------------------------------
+# -- TMA, persistent (Hopper): tma_persistent.py, the kernel in kernels.py ----------------------------
 
-def tma_applicable(a, b, c, precision, alpha, beta) -> bool:
-    """A Hopper GPU, 2-D, plain C = A @ B, unit inner strides and 16-byte aligned row
-    strides and bases (the copy engine's rules); tf32 also needs B K-major (wgmma)."""
-    if not hopper(a) or a.dim() != 2 or b.dim() != 2 or alpha != 1.0 or beta != 0.0:
-        return False
-    esize = a.element_size()
-    b_lead = b.stride(0) if b.stride(1) == 1 else (b.stride(1) if b.stride(0) == 1 else None)
-    if a.stride(1) != 1 or c.stride(1) != 1 or b_lead is None or min(a.shape + b.shape) == 0:
-        return False
-    if precision == "tf32" and b.stride(0) != 1:
-        return False
-    return all((x * esize) % 16 == 0 for x in (a.stride(0), b_lead, c.stride(0))) and \
-        all(t.data_ptr() % 16 == 0 for t in (a, b, c))
+def _tma_speed(p, cfg) -> float:
+    """The model's throughput of a config: the half-tile epilogue (EPI_SPLIT 2) is the reference;
+    a whole-tile one 0.95 (issue 11's tuner report: the same tiles without it measured ~5 % slower)."""
+    return 1.0 if cfg.get("EPI_SPLIT", 1) == 2 else 0.95
 
 
-def _tma_launch(a, b, c, *, precision, alpha, beta, config):
-    ensure_allocator()
-    M, K = a.shape
-    N = b.shape[-1]
-    kmajor = b.stride(0) == 1 and b.stride(1) != 1
-    sms = num_sms(index_of(c))
-    fk = _fast(matmul_tma_persistent_kernel, tuple(config.items()),
-               (("PRECISION", precision), ("B_KMAJOR", kmajor), ("NUM_SMS", sms)))
-    grid = (min(sms, cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])),)
-    fk(grid, a, b, c, M, N, K, a.stride(0), b.stride(0), b.stride(1), c.stride(0))
+def _tma_prune(configs: list, M: int, N: int, K: int, sms: int, batch: int = 1) -> list:
+    """The wave model with each tile's operand reuse counted (configs.prune's ``reuse``): one program
+    per SM runs every tile at its tile's speed, so 63 waves of 128 x 128 tiles (8192 x 16384) do not
+    beat 32 of 128 x 256 (tma_persistent.heuristic, measured: 128 x 256 once its tiles fill the SMs)."""
+    return C.prune(configs, M, N, K, sms, batch, keep=2, reuse=True)
 
 
-TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True,
-              traits=Traits(persistent=True, tma_store=True, speed=lambda p, cfg: 0.95, capability=(9, 0)))
+TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True, prune=_tma_prune,
+              traits=Traits(persistent=True, tma_store=True, speed=_tma_speed, capability=(9, 0)), epilogue=True)
 
 
 # -- tf32 with K-major operands ------------------------------------------------------------------
@@ -148,14 +134,18 @@ def with_kmajor(v: Variant) -> Variant:
     def applicable(a, b, c, precision, alpha, beta):
         if precision != "tf32" or emulating() or (a.stride(-1) == 1 and b.stride(-2) == 1):
             return False
-        if v is TMA:   # judge alignment on what the kernel will read: a K-major B of this shape
-            return a.dim() == 2 and b.dim() == 2 and alpha == 1.0 and beta == 0.0 and hopper(a) \
-                and (a.shape[1] * 4) % 16 == 0 and c.stride(1) == 1 and (c.stride(0) * 4) % 16 == 0
+        if v is TMA:   # judge alignment on what the kernel will read: the operand kept, or a fresh K-major copy
+            if a.dim() != 2 or b.dim() != 2 or c.dim() != 2 or not hopper(a) or 0 in a.shape or 0 in b.shape:
+                return False
+            fresh = (a.shape[1] * 4) % 16 == 0
+            return a.dtype == b.dtype == c.dtype and tma_ok(c) and (tma_ok(a) if a.stride(1) == 1 else fresh) \
+                and (tma_ok(b.T) if b.stride(0) == 1 else fresh)
         return v.applicable(a, b, c, precision, alpha, beta)
 
-    def launch(a, b, c, *, precision, alpha, beta, config):
+    def launch(a, b, c, *, precision, alpha, beta, config, **epilogue):
+        """``epilogue``: the fused epilogue's keywords, passed on (where ``v.epilogue``)."""
         ka, kb = operands(a, b)
-        v.launch(ka, kb, c, precision=precision, alpha=alpha, beta=beta, config=config)
+        v.launch(ka, kb, c, precision=precision, alpha=alpha, beta=beta, config=config, **epilogue)
 
     def replayable(a, b, c):
         """Bound (fastlaunch.replay) where the copy is tiledmm's transpose kernel into a private
@@ -169,7 +159,7 @@ def with_kmajor(v: Variant) -> Variant:
     t = v.traits
     traits = replace(t, speed=lambda p, cfg: t.speed(replace(p, b_kmajor=True), cfg), copies=copies)
     return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune, traits, v.own_config,
-                   v.few_rows, v.splits_batch, v.emulation)
+                   v.few_rows, v.splits_batch, v.emulation, v.epilogue)
 
 
 # -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
@@ -240,8 +230,8 @@ GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune,
                               capability=(9, 0), host_us=120.0))
 
 SPLITK = from_module(splitk)
-ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, with_kmajor(SPLITK), from_module(tma_persistent),
-       from_module(tma_copy), SIMT_ASYNC, GLUON]
+ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, with_kmajor(SPLITK), from_module(tma_copy),
+       SIMT_ASYNC, GLUON]
 # opt-in only (variant="tma-kcache"): its cache of K-major copies trusts torch's version counter, which
 # writes from outside torch (CuPy, numba, a raw pointer) do not bump
 OPT_IN = [from_module(kmajor_cache)]
