@@ -7,7 +7,7 @@
 Per shape (MxKxN, A row-major; tf32 with B column-major, the only tf32 layout gluon-ws takes) and
 dtype, eager calls as a user makes them (default settings, TILEDMM_TUNE unset, a fresh tiledmm cache):
 the default pick (which variant the plan bound), the same call forced to ``gluon-ws`` and to
-``tma-persistent``, and ``torch.matmul``; each checked against float64 first, then timed with
+``tma``, and ``torch.matmul``; each checked against float64 first, then timed with
 ``tiledmm.timing.time_calls`` (CUDA events around queued calls, inputs rotated, median of batches).
 Prints ms and x torch per column.
 """
@@ -55,7 +55,7 @@ def main() -> int:
         return 2
     print(torch.cuda.get_device_name(), "torch", torch.__version__)
     print(f"{'dtype':5} {'MxKxN':16} {'pick':16} {'pick ms':>9} {'x':>5} {'gluon ms':>9} {'x':>5} "
-          f"{'tma-p ms':>9} {'x':>5} {'torch ms':>9}")
+          f"{'tma ms':>9} {'x':>5} {'torch ms':>9}")
     for dname in args.dtypes.split(","):
         dtype = DTYPES[dname]
         prec = "tf32" if dname == "tf32" else None
@@ -67,7 +67,7 @@ def main() -> int:
             ref = a0.double() @ b0.double()
             row = {}
             for label, opts in (("pick", {}), ("gluon", {"variant": "gluon-ws"}),
-                                ("tma-p", {"variant": "tma-persistent"})):
+                                ("tma", {"variant": "tma"})):
                 def f(a, b, opts=opts):
                     return tiledmm.matmul(a, b, kernel="triton", precision=prec, **opts)
                 try:
@@ -85,7 +85,7 @@ def main() -> int:
             picked = {v.launch: v.name for v in V.ALL}.get(getattr(plan, "func", None), "?")
             t_torch = timing.time_calls([lambda a=a, b=b: torch.matmul(a, b) for a, b in sets])
             cells = []
-            for label in ("pick", "gluon", "tma-p"):
+            for label in ("pick", "gluon", "tma"):
                 ms, why = row[label]
                 cells.append(f"{ms:9.4f} {t_torch / ms:5.2f}" if ms else f"{'n/a':>9} {'':>5}")
             print(f"{dname:5} {s:16} {picked:16} {cells[0]} {cells[1]} {cells[2]} {t_torch:9.4f}", flush=True)

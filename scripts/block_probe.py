@@ -60,7 +60,7 @@ TALL_LONGK = [("blocked", c(64, 128, 64, 4, 4)), ("blocked", c(128, 128, 64, 8, 
               ("splitk", c(128, 128, 64, 8, 3, SPLIT_K=2)), ("splitk", c(128, 128, 64, 8, 3, SPLIT_K=4)),
               ("splitk", c(64, 128, 64, 4, 4, SPLIT_K=2))]
 SHORTK = [("blocked", c(128, 256, 64, 8, 2)), ("blocked", c(256, 128, 64, 8, 2)), ("blocked", c(128, 128, 64, 4, 2)),
-          ("tma-persistent", None), ("blocked", c(128, 256, 64, 8, 3))]
+          ("tma", None), ("blocked", c(128, 256, 64, 8, 3))]
 
 
 def _tf32(cands):   # a 16-bit candidate list at tf32's BLOCK_K

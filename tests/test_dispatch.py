@@ -164,8 +164,8 @@ def test_short_path_binds_launches_and_stays_right_as_pointers_change(dtype, tol
     precision = "ieee" if dtype == torch.float32 else "none"
     cfg = _model_config(v, precision, M, N, K, torch.empty(0, dtype=dtype).element_size())
     real = bm.resolved                   # the forced variant where it applies (the misaligned and
-    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(v, p, cfg)   # alpha/beta calls
-                        if v.applicable(a, b, c, p, al, be) else real(a, b, c, p, al, be))  # below: not TMA)
+    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(v, p, cfg)   # others
+                        if v.applicable(a, b, c, p, al, be) else real(a, b, c, p, al, be))  # below)
     for step in range(6):               # new tensors every call: only the pointers change
         a = torch.randn(M, K, device="cuda", dtype=dtype)
         b = torch.randn(K, N, device="cuda", dtype=dtype)

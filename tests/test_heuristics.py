@@ -274,3 +274,21 @@ def test_plan_key_and_problem_tell_128_byte_rows_apart():
     assert not bm._problem(*mats(72, 72), "none").rows128
     a, b, _ = mats(64, 56, lead=64)
     assert bm._problem(a, b, torch.zeros(64, 64, dtype=torch.bfloat16)[:, :56], "none").rows128
+
+
+def test_passes_after_the_product_are_charged_to_variants_without_an_epilogue(monkeypatch):
+    """tiledmm.ops asks the dispatcher with the passes over C that a bias / an activation would cost
+    after a variant without a fused epilogue: those variants' candidates carry them as copied bytes,
+    the others do not, and the key is another (its own choice)."""
+    from dataclasses import replace
+    plain = replace(V.BLOCKED, name="blocked-plain", epilogue=False)
+    monkeypatch.setattr(V, "ALL", [V.BLOCKED, plain])
+    dev = _backend.torch_device()
+    a, b = torch.randn(45, 21, device=dev), torch.randn(21, 70, device=dev)
+    c = torch.empty(45, 70, device=dev)
+    none = {cd.name: cd.copy_bytes for cd in bm.candidates(a, b, c, "ieee", 1.0, 0.0)}
+    three = {cd.name: cd.copy_bytes for cd in bm.candidates(a, b, c, "ieee", 1.0, 0.0, passes=3)}
+    assert none.keys() == three.keys() and any(n.startswith("blocked-plain:") for n in none)
+    for name, nbytes in three.items():
+        extra = 3 * c.numel() * c.element_size() if name.startswith("blocked-plain:") else 0
+        assert nbytes == none[name] + extra, name

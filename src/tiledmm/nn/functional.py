@@ -1,9 +1,9 @@
 """``linear(x, weight, bias=None, activation=None)``: ``act(x @ weightᵀ + bias)`` in one tiledmm GEMM.
 
 The bias (along N) and the activation -- "relu", "gelu" (erf), "gelu_tanh", "silu" -- are applied
-in the Triton kernel's epilogue (one pass over the output) where the dispatcher runs the
-``blocked`` variant, and in a torch pass over the result after the product otherwise (TMA, split-K,
-float64, tensors off the kernels' device). Differentiable in x, weight and bias; for gelu and
+in the Triton kernel's epilogue (one pass over the output) where the dispatcher runs a variant
+with one (``Variant.epilogue``), and in a torch pass over the result after the product otherwise
+(split-K, tma-copy, float64, tensors off the kernels' device). Differentiable in x, weight and bias; for gelu and
 silu the forward also keeps the pre-activation when a gradient will be needed (their backward
 reads it, as torch's does).
 """

@@ -2,10 +2,11 @@
 
 ``gemm`` computes ``act(alpha * a @ b + beta * c + bias)`` with numpy's matmul rules for a and b,
 c broadcast to the result, bias a 1-D tensor along N (the result's last dimension) or M (its
-second-to-last). Where it can, the Triton ``blocked`` variant does it all in its epilogue (one
-pass over C); where the dispatcher picks another variant (TMA, split-K, the SIMT ladder, float64)
-the product runs through ``tiledmm.matmul`` and bias and activation follow in torch, in place in
-the result's dtype (rounded as torch's eager ``act(linear(x, w, b))`` is).
+second-to-last). Where the dispatcher's pick for the call has a fused epilogue (``Variant.epilogue``:
+the blocked and TMA variants and their ``-kmajor`` forms; the pick is asked with the passes a variant
+without one would leave) it does it all in one pass over C; otherwise (split-K, tma-copy, the SIMT
+ladder, float64) the product runs through ``tiledmm.matmul`` and bias and activation follow in
+torch, in place in the result's dtype (rounded as torch's eager ``act(linear(x, w, b))`` is).
 """
 from __future__ import annotations
 
@@ -157,7 +158,7 @@ def _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision) -> bool:
         return False        # the interpreter keys its copies by address (api._compute); the limit: api's
     from ..kernels.block import matmul as BM
     prec = BM.check_precision(str(a.dtype).replace("torch.", ""), precision)
-    fn = BM.resolved(A, B, C, prec, alpha, beta)
+    fn = BM.resolved(A, B, C, prec, alpha, beta, (bias is not None) + 2 * (act != "none"))
     if not getattr(fn, "epilogue", False):
         if bias is None and act == "none":
             fn(A, B, C, alpha=alpha, beta=beta)

@@ -92,13 +92,18 @@ def launch(a, b, c, *, precision: str, alpha: float = 1.0, beta: float = 0.0, va
     resolved(a, b, c, precision, alpha, beta)(a, b, c, alpha=alpha, beta=beta)
 
 
-def resolved(a, b, c, precision: str, alpha: float, beta: float) -> Callable:
-    """The launch for this call's plan key, ``f(a, b, c, alpha=, beta=)`` (chosen on first use)."""
+def resolved(a, b, c, precision: str, alpha: float, beta: float, passes: int = 0) -> Callable:
+    """The launch for this call's plan key, ``f(a, b, c, alpha=, beta=)`` (chosen on first use).
+    ``passes``: elementwise passes over C the caller makes after a variant without a fused epilogue
+    (``Variant.epilogue``: a bias, an activation; tiledmm.ops asks with them), charged to those
+    variants by the model; a key of its own."""
     key = plan_key(a, b, c, precision, alpha, beta)
+    if passes:
+        key = (*key[:-1], passes, key[-1])
     fn = _plans.get(key)
     if fn is None:
         with _lock:     # one thread resolves a key; the others then read its plan
-            fn = _plans.get(key) or _resolve(key, a, b, c, precision, alpha, beta)
+            fn = _plans.get(key) or _resolve(key, a, b, c, precision, alpha, beta, passes)
     return fn
 
 
@@ -117,7 +122,7 @@ def _forced(a, b, c, precision, alpha, beta, variant, config) -> None:
         raise TiledmmError(
             f"variant {v.name!r} cannot run this call (a {tuple(a.shape)} strides {a.stride()}, "
             f"b {tuple(b.shape)} strides {b.stride()}, precision {precision}, alpha {alpha}, beta {beta}); "
-            "'tma' needs a Hopper GPU, 2-D inputs without alpha/beta, unit inner strides and 16-byte "
+            "'tma' needs a Hopper GPU, 2-D inputs, unit inner strides and 16-byte "
             "aligned rows; see kernels/block/variants.py for the others")
     if v.own_config is None:            # the module variants pick their own config and fill in a partial one
         if config is None:
@@ -152,14 +157,20 @@ def _cfg_name(c: dict) -> str:
     return "-".join(f"{k}={v}" for k, v in sorted(c.items()))
 
 
-def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | None = None) -> list[H.Candidate]:
+def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | None = None,
+               passes: int = 0) -> list[H.Candidate]:
     """Every (variant, config) that may run this call (``model_candidates`` of the applicable
-    variants, at the class's representative size: the candidates depend on the plan key alone)."""
+    variants, at the class's representative size: the candidates depend on the plan key alone);
+    a variant without a fused epilogue is charged ``passes`` reads and writes of C."""
     key = key or plan_key(a, b, c, precision, alpha, beta)
     p = _problem(a, b, c, precision)
     vs = [v for v in V.ALL if (p.batch <= V.MAX_GRID_YZ or v.splits_batch)
           and v.applicable(a, b, c, precision, alpha, beta)]
     copies = {v.name: v.traits.copies(a, b, c, precision) for v in vs if v.traits.copies}
+    if passes:
+        for v in vs:
+            if not v.epilogue:
+                copies[v.name] = copies.get(v.name, 0) + passes * c.numel() * c.element_size()
     unbound = {v.name for v in vs if not (v.replayable(a, b, c) if callable(v.replayable) else v.replayable)}
     rM, rN, rK = (2 ** e for e in key[10])
     return model_candidates(vs, _problem(a, b, c, precision, (rM, rK, rN)), device(index_of(c)), copies, unbound)
@@ -212,12 +223,12 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, options: dict) ->
     return None
 
 
-def _resolve(key: tuple, a, b, c, precision, alpha, beta) -> Callable:
+def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Callable:
     """Variant and config for a new plan key (called under _lock): the store's choice where it
     has one; with tuning on, the fastest candidate timed on the caller's operands into a scratch
     output; else the shipped table's choice (``shipped.py``) or the model's pick."""
     import torch
-    options = {cd.name: cd for cd in candidates(a, b, c, precision, alpha, beta, key)}
+    options = {cd.name: cd for cd in candidates(a, b, c, precision, alpha, beta, key, passes)}
     pick = H.pick(list(options.values()), _problem(a, b, c, precision), device(index_of(c))).name
     table_pick = _shipped_pick(key, a, b, c, precision, alpha, beta, options)
     capturing = not emulating() and torch.cuda.is_current_stream_capturing()
