@@ -79,3 +79,16 @@ if [[ $what == *" targets "* ]]; then
     2>&1 | tee -a "$OUT/targets.txt" | tail -30
 fi
 stamp "done"
+if [[ $what == *" kernels "* ]]; then
+  stamp "GPU tests of the Triton family, the short path, the operators (8 workers)"
+  python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 400 -m gpu tests/test_tma_kernel.py tests/test_block_variants.py \
+    tests/test_block.py tests/test_shortpath.py tests/test_dispatch.py tests/test_torch_op.py tests/test_nn.py \
+    tests/test_heuristics.py tests/test_shipped_table.py ${KERNEL_TESTS:-} 2>&1 | tee "$OUT/gpu_kernels.log" | tail -25
+  stamp "the persistent TMA kernel: forced, launch, graph, pick, fused Linear (bench_tma_kernel.py)"
+  timeout 240 python3 scripts/bench_tma_kernel.py --variant tma ${TMA_SWEEP:-} 2>&1 | tee "$OUT/bench_tma_kernel.txt" | tail -12
+fi
+if [[ $what == *" tables "* ]]; then
+  stamp "the shipped table: compile ahead, then tiledmm tune --table per dtype, layout and suite"
+  python3 scripts/build_tables.py --out "$OUT/table.json" --dtypes "${TABLE_DTYPES:-bf16,tf32,fp32,fp16}" \
+    --budget-s "${TABLE_BUDGET:-500}" 2>&1 | tee "$OUT/build_tables.txt" | tail -40
+fi
