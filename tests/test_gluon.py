@@ -7,8 +7,14 @@ has its CUDA backend (ptxas), that the kernel compiles for sm_90a to warp-specia
 On a Hopper GPU (@pytest.mark.gpu): results against float64 for ragged edges, transposed and
 offset operands, alpha/beta, bf16/fp16/tf32, with the output poisoned first.
 """
+import math
 import os
 import re
+import subprocess
+import sys
+import threading
+import time
+import warnings
 
 import pytest
 import torch
@@ -125,28 +131,31 @@ def test_heuristic_skips_configs_over_the_shared_memory_limit():
 
 # -- compiling for sm_90a on the CPU (the installed Triton's CUDA backend) -------------------------
 
-def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False):
+def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False, bias=0, act="none"):
     triton = pytest.importorskip("triton")
     try:
         from triton.backends.compiler import GPUTarget
         from triton.experimental.gluon._runtime import GluonASTSource
     except ImportError as e:  # pragma: no cover  (a Triton without Gluon's runtime)
         pytest.skip(f"no Gluon compiler: {e}")
+    K = G._kernel()
     a, b, c = _mats(128, 256, 128, dtype, a_t, b_t)
     plan = G.descriptor_plan(a, b, c, cfg)
-    descs = [G._descriptor(*plan[x]) for x in "abc"]
+    descs = [K.descriptor(*plan[x]) for x in "abc"]
     if not hasattr(descs[0], "__mangle__"):   # Triton 3.6: no signature string from a descriptor here
         pytest.skip("this Triton's descriptors have no __mangle__ (the GPU tests compile the kernel)")
-    names = G.gluon_ws_kernel.arg_names
+    names = K.gluon_ws_kernel.arg_names
+    ptr = "*" + {BF16: "bf16", FP16: "fp16", FP32: "fp32"}[dtype]
     sig = {"a_desc": descs[0].__mangle__(), "b_desc": descs[1].__mangle__(), "c_desc": descs[2].__mangle__(),
-           "c_ptr": "*" + {BF16: "bf16", FP16: "fp16", FP32: "fp32"}[dtype], "stride_cm": "i32",
+           "c_ptr": ptr, "stride_cm": "i32", "bias_ptr": ptr, "stride_bias": "i32",
            "ws_ptr": "*fp32", "cnt_ptr": "*i32",
            "M": "i32", "N": "i32", "K": "i32", "alpha": "fp32", "beta": "fp32"}
     const = dict(STAGES=cfg["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
-                 HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"], LOADER_REGS=G.LOADER_REGS,
-                 num_warps=cfg["num_warps"])
+                 HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"],
+                 LOADER_REGS=G.LOADER_REGS, BIAS=bias, ACT=act, num_warps=cfg["num_warps"])
     sig.update({k: "constexpr" for k in const})
-    src = GluonASTSource(G.gluon_ws_kernel, sig, {(names.index(k),): v for k, v in const.items()})
+    assert tuple(sig) == K.RUNTIME + K.CONSTEXPRS == tuple(names)
+    src = GluonASTSource(K.gluon_ws_kernel, sig, {(names.index(k),): v for k, v in const.items()})
     try:
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
     except RuntimeError as e:
@@ -171,6 +180,216 @@ def test_compiles_to_warp_specialised_wgmma(cfg, dtype, a_t, b_t, mma):
     assert re.search(rf"setmaxnreg\.\w+\.sync\.aligned\.u32\s+{G.LOADER_REGS}\b", ptx)
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+2[0-9]{2}\b", ptx)
     assert k.metadata.shared <= G.SMEM_LIMIT + 2048
+
+
+@pytest.mark.parametrize("bias", [0, 1, 2])
+@pytest.mark.parametrize("act", G.ACTS)
+def test_compiles_with_every_fused_epilogue(bias, act):
+    """BIAS x ACT: the bias is the only global load of a plain (beta = 0, unsplit) kernel; erf and
+    the sigmoid-based activations use exp2, relu a max."""
+    ptx = _compile(G.CONFIGS["16bit"][5], BF16, bias=bias, act=act).asm["ptx"]
+    assert ("ld.global" in ptx) == (bias != 0)
+    assert ("ex2.approx" in ptx) == (act in ("gelu", "gelu_tanh", "silu"))
+    if act == "relu":
+        assert re.search(r"\bmax\.(nan\.)?f32", ptx)
+
+
+def test_compiles_the_fused_linear_tile():
+    """The 128x256 two-warpgroup tile with EPI_SPLIT=2 (nn.Linear's shapes) with bias + gelu and beta."""
+    k = _compile(G.CONFIGS["16bit"][0], BF16, has_beta=True, bias=1, act="gelu")
+    assert "ld.global" in k.asm["ptx"] and k.metadata.shared <= G.SMEM_LIMIT + 2048
+
+
+# -- the launch path on the CPU: Gluon's launcher and the adapter faked --------------------------------
+
+def test_importing_the_variants_imports_no_gluon():
+    """The dispatcher's side (variants, gluon_gemm) without triton.experimental.gluon (~0.12 s)."""
+    code = ("import sys; import tiledmm.kernels.block.variants as V; from tiledmm.kernels.block import gluon_gemm as G; "
+            "G.heuristic(512, 4096, 4096, '16bit'); print(sorted(m for m in sys.modules if 'gluon' in m))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
+    mods = eval(out.strip().splitlines()[-1])
+    assert "tiledmm.kernels.block.gluon_gemm" in mods
+    assert not [m for m in mods if m.startswith("triton.experimental")] and "tiledmm.kernels.block.gluon_kernel" not in mods
+
+
+class _Fake:
+    """gluon_gemm.launch on CPU tensors: Gluon's own launch (``_public``) and the adapter's
+    ``tensordesc_launch`` replaced by recorders."""
+
+    def __init__(self, monkeypatch, direct=True, decided=True):
+        self.public, self.expanded, self.c = [], [], []
+        self.lock = threading.Lock()
+        kmod = G._kernel()
+
+        class CK:
+            function, packed_metadata = "fn", "packed"
+
+            class src:
+                signature = dict.fromkeys(kmod.RUNTIME + kmod.CONSTEXPRS)
+
+        def public(a, b, c, M, N, K, config, *rest):
+            with self.lock:
+                self.public.append((M, N, K, dict(config)) + rest)
+            time.sleep(0.01)            # a compile: long enough for other threads to queue up
+            return CK(), ["da", "db", "dc"]
+
+        def expand(i, ptr, shape, strides):
+            with self.lock:
+                self.expanded.append((i, ptr, shape, strides))
+            return [("map", i, ptr), *shape, *strides]
+
+        def raw(*args):
+            with self.lock:
+                self.c.append(args)
+
+        metas = [{"swizzle": 128, "desc": i} for i in range(3)]
+        monkeypatch.setattr(G, "_public", public)
+        monkeypatch.setattr(G._adapter, "tensordesc_launch",
+                            lambda ck, descs: (raw, False, False, expand, metas) if direct else None)
+        monkeypatch.setattr(G._adapter, "decided", lambda: decided)
+        monkeypatch.setattr(G, "_bound", {})
+        monkeypatch.setattr(G, "_descs", {})
+        monkeypatch.setattr(G, "_warned", False)
+        monkeypatch.setattr(G, "_num_sms", lambda: 132)
+        monkeypatch.setattr(G, "current_stream", lambda: 7)
+        monkeypatch.setattr(G, "_SCRATCH", {-1: (torch.zeros(1), torch.zeros(1024, dtype=torch.int32))})
+
+
+CFG = G._c(64, 128, 64, 4, 6)
+
+
+def test_repeat_calls_take_the_c_launch_with_kept_descriptors(monkeypatch):
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(300, 520, 264)
+    G.launch(a, b, c, precision="none", config=CFG)
+    assert len(f.public) == 1 and not f.c                 # the first call: Gluon's launch, then bound
+    G.launch(a, b, c, precision="none", config=CFG, alpha=1, beta=0)
+    assert len(f.public) == 1 and len(f.c) == 1 and len(f.expanded) == 3
+    args = f.c[0]
+    tiles = -(-300 // 64) * -(-520 // 128)
+    assert args[:13] == (min(132, tiles), 1, 1, 7, "fn", False, False, None, None, "packed", None, None, None)
+    da, db, dc = args[13:18], args[18:23], args[23:28]
+    assert da == (("map", 0, a.data_ptr()), 300, 264, 264, 1) and db == (("map", 1, b.data_ptr()), 264, 520, 520, 1)
+    assert dc == (("map", 2, c.data_ptr()), 300, 520, 520, 1)
+    ws, cnt = G._SCRATCH[-1]
+    assert args[28:39] == (c.data_ptr(), 520, c.data_ptr(), 0, ws.data_ptr(), cnt.data_ptr(), 300, 520, 264, 1.0, 0.0)
+    assert args[39:] == (6, False, False, 8, 132, False, True, 1, 1, G.LOADER_REGS, 0, "none", 4)
+    G.launch(a, b, c, precision="none", config=CFG)
+    assert len(f.expanded) == 3 and f.c[1] == f.c[0]      # same tensors: no descriptor filled again
+    a2 = a.clone()
+    G.launch(a2, b, c, precision="none", config=CFG)      # a new pointer: only A's descriptor is new
+    assert f.expanded[3:] == [(0, a2.data_ptr(), (300, 264), (264, 1))]
+    a3, _, c3 = _mats(77, 520, 264)                       # another M: the same compiled kernel
+    G.launch(a3, b, c3, precision="none", config=CFG)
+    assert len(f.public) == 1 and f.c[-1][0] == -(-77 // 64) * -(-520 // 128) and f.c[-1][34:37] == (77, 520, 264)
+
+
+def test_transposed_operands_are_described_by_their_transposes(monkeypatch):
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(300, 520, 264, a_t=True, b_t=True)
+    for _ in range(2):
+        G.launch(a, b, c, precision="none", config=CFG)
+    args = f.c[0]
+    assert args[13:18] == (("map", 0, a.data_ptr()), 264, 300, 300, 1)       # A^T: (K, M), row stride M
+    assert args[18:23] == (("map", 1, b.data_ptr()), 520, 264, 264, 1)       # B^T: (N, K)
+    assert args[39:42] == (6, True, True)
+
+
+def test_what_triton_compiles_separately_is_bound_separately(monkeypatch):
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(64, 128, 64)
+    bias32 = torch.zeros(128)
+    wide = torch.empty(64, 136, dtype=BF16)[:, :128]      # C's row stride 136: not a multiple of 16
+    calls = [dict(), dict(alpha=2.0), dict(beta=1.0), dict(bias=bias32, bias_mode=1),
+             dict(bias=bias32.to(BF16), bias_mode=1), dict(bias=torch.zeros(64), bias_mode=2), dict(act="gelu"),
+             dict(config=G._c(64, 64, 64, 4, 8)), dict(c=wide), dict(a=a.t().contiguous().t())]
+    for kw in calls:
+        kw = {"a": a, "b": b, "c": c, "config": CFG, **kw}
+        G.launch(kw.pop("a"), kw.pop("b"), kw.pop("c"), precision="none", **kw)
+    assert len(f.public) == len(calls) == len(G._bound) and not f.c
+    for kw in calls:                                      # each again (new values where not specialised)
+        kw = {"a": a, "b": b, "c": c, "config": CFG, **kw}
+        kw = {k: (v * 3 if k in ("alpha", "beta") else v) for k, v in kw.items()}
+        G.launch(kw.pop("a"), kw.pop("b"), kw.pop("c"), precision="none", **kw)
+    assert len(f.public) == len(calls) and len(f.c) == len(calls)
+    assert f.c[1][37] == 6.0 and f.c[2][38] == 3.0           # alpha, beta: the call's values
+
+
+def test_split_k_takes_a_fresh_workspace_and_the_counters(monkeypatch):
+    f = _Fake(monkeypatch)
+    cfg = G._c(64, 128, 64, 4, 6, split=4)
+    a, b, c = _mats(300, 520, 264)
+    for _ in range(2):
+        G.launch(a, b, c, precision="none", config=cfg)
+    tiles = -(-300 // 64) * -(-520 // 128)
+    args = f.c[0]
+    assert args[0] == min(132, tiles * 4) and args[33] == G._SCRATCH[-1][1].data_ptr()
+    assert args[32] != G._SCRATCH[-1][0].data_ptr() and args[47] == 4
+
+
+def test_an_undecided_adapter_binds_later_and_a_declining_one_never(monkeypatch):
+    f = _Fake(monkeypatch, direct=False, decided=False)     # a capture under way: not decided
+    a, b, c = _mats(64, 128, 64)
+    G.launch(a, b, c, precision="none", config=CFG)
+    assert G._bound == {}
+    f2 = _Fake(monkeypatch, direct=False, decided=True)
+    monkeypatch.setattr(G._adapter, "triton_direct", lambda: True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for cfg in (CFG, CFG, G._c(64, 64, 64, 4, 8)):
+            G.launch(a, b, c, precision="none", config=cfg)
+    assert len(f2.public) == 3 and not f2.c and set(G._bound.values()) == {G._PUBLIC}
+    assert len([w for w in caught if "Gluon kernel's launcher" in str(w.message)]) == 1
+
+
+def test_descriptor_cache_is_bounded(monkeypatch):
+    f = _Fake(monkeypatch)
+    monkeypatch.setattr(G, "MAX_DESCS", 4)
+    b, c = _mats(64, 128, 64)[1:]
+    for _ in range(6):
+        a = torch.randn(64, 64).to(BF16)
+        G.launch(a, b, c, precision="none", config=CFG)
+        G.launch(a, b, c, precision="none", config=CFG)
+    assert len(G._descs) <= 4 and len(f.c) == 11
+
+
+def test_threads_compile_once_and_share_the_bound_launch(monkeypatch):
+    f = _Fake(monkeypatch)
+    b, c = _mats(64, 128, 64)[1:]
+    ops = [torch.randn(64, 64).to(BF16) for _ in range(8)]
+    start = threading.Barrier(8)
+
+    def work(a):
+        start.wait()
+        for _ in range(5):
+            G.launch(a, b, c, precision="none", config=CFG)
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in ops]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(f.public) == 1 and len(f.c) == 39 and len(G._bound) == 1
+    assert {args[13][2] for args in f.c} == {a.data_ptr() for a in ops}
+
+
+@pytest.mark.parametrize("kw, expect", [
+    (dict(act="tanh"), "activation 'tanh'"),
+    (dict(bias_mode=3), "bias_mode 3"),
+    (dict(bias_mode=1), "got None"),
+    (dict(bias=torch.zeros(64), bias_mode=1), "128 elements"),
+    (dict(bias=torch.zeros(128, dtype=torch.float64), bias_mode=1), "torch.float64"),
+    (dict(bias=torch.zeros(2, 64), bias_mode=2), "shape (2, 64)"),
+])
+def test_bad_epilogue_is_a_one_line_error(monkeypatch, kw, expect):
+    import tiledmm
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(64, 128, 64)
+    with pytest.raises(tiledmm.TiledmmError, match="gluon-ws") as e:
+        G.launch(a, b, c, precision="none", config=CFG, **kw)
+    assert expect in str(e.value) and "\n" not in str(e.value) and not f.public
 
 
 # -- on a Hopper GPU: against float64 --------------------------------------------------------------
@@ -257,6 +476,107 @@ def test_gpu_offset_submatrix_and_edges():
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
     _check(1, 4096, 4096, BF16)
     _check(100, 104, 8, FP16)
+
+
+def _act64(x, act):
+    """kernels._activation in float64 (gelu_tanh in its tanh form)."""
+    if act == "relu":
+        return x.clamp_min(0)
+    if act == "gelu":
+        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    if act == "gelu_tanh":
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    if act == "silu":
+        return x * torch.sigmoid(x)
+    return x
+
+
+def _check_epilogue(M, N, K, cfg, bias_mode, act, bias_dtype=FP32, alpha=1.0, beta=0.0, a_t=False, b_t=False,
+                    dtype=BF16):
+    a, b, c = _mats(M, N, K, dtype, a_t, b_t, device="cuda")
+    if beta:
+        c.copy_(torch.randn(M, N, device="cuda"))
+    else:
+        c.fill_(float("nan"))
+    bias = torch.randn(N if bias_mode == 1 else M, device="cuda").to(bias_dtype) if bias_mode else None
+    c0, a0, b0 = c.clone(), a.clone(), b.clone()
+    G.launch(a, b, c, precision="none", alpha=alpha, beta=beta, config=cfg, bias=bias, bias_mode=bias_mode, act=act)
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any() and torch.equal(a, a0) and torch.equal(b, b0)
+    ref = alpha * (a.double() @ b.double()) + (beta * c0.double() if beta else 0)
+    if bias_mode == 1:
+        ref = ref + bias.double()[None, :]
+    elif bias_mode == 2:
+        ref = ref + bias.double()[:, None]
+    ref = _act64(ref, act)
+    err = ((c.double() - ref).norm() / ref.norm()).item()
+    assert err < {BF16: 1e-2, FP16: 2e-3}[dtype], (bias_mode, act, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias_mode", [0, 1, 2])
+@pytest.mark.parametrize("act", G.ACTS)
+def test_gpu_fused_epilogue_every_bias_and_activation(bias_mode, act):
+    """act(alpha * a @ b + beta * C + bias) against float64, ragged edges, bias fp32 or C's dtype."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    ab = dict(alpha=0.5, beta=2.0) if act in ("none", "gelu") else {}
+    _check_epilogue(333, 264, 200, G.CONFIGS["16bit"][5], bias_mode, act, FP32 if bias_mode != 2 else BF16, **ab)
+
+
+@pytest.mark.gpu
+def test_gpu_fused_linear_tile_and_split_k():
+    """nn.Linear's case: B column-major (the weight), bias per column, gelu, on the 128x256 tile with
+    EPI_SPLIT=2; and the epilogue after split-K's fix-up."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    _check_epilogue(1000, 1000, 1000, G.CONFIGS["16bit"][0], 1, "gelu", BF16, b_t=True)
+    _check_epilogue(300, 264, 1000, G._c(64, 128, 64, 4, 6, split=4), 2, "silu", FP32, alpha=0.5, beta=2.0,
+                    dtype=FP16)
+
+
+@pytest.mark.gpu
+def test_gpu_repeated_calls_take_the_bound_launch_and_stay_right():
+    """New tensors (pointers), shapes and biases every call: the cached path (C launch, kept tensor
+    maps) gives the right result each time."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    cfg = G.CONFIGS["16bit"][4]
+    for M, N, K in ((256, 520, 264), (300, 520, 264), (77, 1000, 136), (1024, 256, 512), (300, 520, 264)):
+        for a_t in (False, True):
+            _check(M, N, K, BF16, cfg, a_t=a_t)
+            _check_epilogue(M, N, K, cfg, 1, "relu")
+    bound = [v for v in G._bound.values() if isinstance(v, G._Bound)]
+    assert bound, f"no specialisation took the C launch (adapter: {G._adapter.why_not_direct()!r})"
+
+
+@pytest.mark.gpu
+def test_gpu_threads():
+    """Threads launching one specialisation at once (the first compiles under the lock), each on
+    its own operands: every result right."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    cfg = G._c(64, 64, 64, 4, 8, group=4)       # a config no other test compiles: the first launch races
+    jobs = [_mats(200 + 16 * i, 264, 136, BF16, device="cuda") for i in range(6)]
+    errors = []
+
+    def work(a, b, c):
+        try:
+            for _ in range(10):
+                G.launch(a, b, c, precision="none", config=cfg)
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    assert not errors, errors
+    for a, b, c in jobs:
+        ref = a.double() @ b.double()
+        assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
 # -- the variant in the dispatcher (variants.GLUON; the model's side is in tests/test_heuristics.py) --
