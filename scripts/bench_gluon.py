@@ -141,7 +141,7 @@ def host_costs():
     import tiledmm
     from tiledmm import timing
     print("== host cost per call (us): wall_us_per_call | device_and_host: GPU us, host us ==", flush=True)
-    for (M, N, K) in ((512, 4096, 4096), (128, 128, 128)):
+    for (M, N, K) in ((512, 4096, 4096), (128, 128, 128), (4096, 4096, 4096)):
         a, b = operands(M, N, K, torch.bfloat16)
         c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
         bias = torch.randn(N, device="cuda").to(torch.bfloat16)
@@ -149,6 +149,7 @@ def host_costs():
                  "gluon_gemm.launch bias+gelu": lambda: G.launch(a, b, c, precision="none", bias=bias, bias_mode=1,
                                                                  act="gelu"),
                  "tiledmm.matmul(variant)": lambda: tiledmm.matmul(a, b, kernel="triton", variant=G.NAME, out=c),
+                 "tiledmm.matmul() its own pick": lambda: tiledmm.matmul(a, b, out=c),
                  "torch.matmul(out=)": lambda: torch.matmul(a, b, out=c)}
         for name, fn in calls.items():
             wall = timing.wall_us_per_call(fn)
@@ -156,12 +157,16 @@ def host_costs():
             print(f"{M}x{N}x{K} bf16 {name:28}: wall {wall:7.1f} | GPU {1e3 * gpu_ms:7.1f} host {1e3 * host_ms:6.1f}",
                   flush=True)
     bound = [v for v in G._bound.values() if isinstance(v, G._Bound)]
+    from tiledmm.kernels.block import matmul as bm
+    picks = sorted({f"{p.func.__module__}.{p.func.__name__}" for p in bm._plans.values() if hasattr(p, "func")})
+    print(f"dispatcher plans' launch functions: {picks}", flush=True)
     print(f"bound specialisations: {len(bound)} of {len(G._bound)}; adapter: "
           f"{tiledmm._adapter.why_not_direct() or 'direct'}", flush=True)
 
 
-def fused_linear(M=8192, K=4096, N=16384):
-    """Linear(K, N) + gelu at M tokens, bf16: the fused launch against torch's F.linear + gelu."""
+def fused_linear(M=8192, K=4096, N=16384, rounds=3):
+    """Linear(K, N) + gelu at M tokens, bf16: the fused launch against torch's F.linear + gelu (and
+    each one's GEMM alone), measured in turn ``rounds`` times (the GPU's clocks drift): medians."""
     from tiledmm import timing
     x, w_t = operands(M, N, K, torch.bfloat16, b_t=True)          # w_t: the weight (N, K) seen as (K, N)
     bias = torch.randn(N, device="cuda").to(torch.bfloat16)
@@ -172,13 +177,19 @@ def fused_linear(M=8192, K=4096, N=16384):
         G.launch(x, w_t, out, precision="none", bias=bias, bias_mode=1, act=act)
         ref = F.gelu(F.linear(x.double(), w.double(), bias.double()), approximate=tact)
         err = ((out.double() - ref).norm() / ref.norm()).item()
-        t_g = timing.time_calls(lambda: G.launch(x, w_t, out, precision="none", bias=bias, bias_mode=1, act=act))
-        t_plain = timing.time_calls(lambda: G.launch(x, w_t, out, precision="none"))
-        t_t = timing.time_calls(lambda: F.gelu(F.linear(x, w, bias), approximate=tact))
-        t_mm = timing.time_calls(lambda: torch.matmul(x, w_t, out=out))
-        print(f"Linear({K},{N},{act}) x {M} tokens bf16: gluon fused {t_g:.3f} ms (GEMM alone {t_plain:.3f}) | "
-              f"torch F.linear+gelu {t_t:.3f} ms (matmul alone {t_mm:.3f}) | fused x torch {t_t / t_g:.3f} | "
-              f"rel err vs float64 {err:.1e}", flush=True)
+        del ref
+        calls = {"fused": lambda: G.launch(x, w_t, out, precision="none", bias=bias, bias_mode=1, act=act),
+                 "gemm": lambda: G.launch(x, w_t, out, precision="none"),
+                 "torch": lambda: F.gelu(F.linear(x, w, bias), approximate=tact),
+                 "torch_mm": lambda: torch.matmul(x, w_t, out=out)}
+        t = {k: [] for k in calls}
+        for _ in range(rounds):
+            for k, fn in calls.items():
+                t[k].append(timing.time_calls(fn))
+        m = {k: statistics.median(v) for k, v in t.items()}
+        print(f"Linear({K},{N},{act}) x {M} tokens bf16: gluon fused {m['fused']:.3f} ms (GEMM alone {m['gemm']:.3f}) | "
+              f"torch F.linear+gelu {m['torch']:.3f} ms (matmul alone {m['torch_mm']:.3f}) | fused x torch "
+              f"{m['torch'] / m['fused']:.3f} | rel err vs float64 {err:.1e} | rounds {t}", flush=True)
 
 
 def main():
@@ -192,12 +203,14 @@ def main():
     ap.add_argument("--eager", action="store_true",
                     help="host cost of eager launches (no graph): wall time of 200 back-to-back calls, then exit")
     ap.add_argument("--host", action="store_true", help="host us per call and the fused Linear, then exit")
+    ap.add_argument("--linear", action="store_true", help="the fused Linear only, then exit")
     ap.add_argument("--align-probe", action="store_true", help="time 5000^3, 5056^3, 5120^3 (bf16, 128x256)")
     args = ap.parse_args()
     print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
 
-    if args.host:
-        host_costs()
+    if args.host or args.linear:
+        if args.host:
+            host_costs()
         fused_linear()
         return 0
     if args.eager:

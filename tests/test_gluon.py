@@ -375,6 +375,31 @@ def test_threads_compile_once_and_share_the_bound_launch(monkeypatch):
     assert {args[13][2] for args in f.c} == {a.data_ptr() for a in ops}
 
 
+def test_a_thread_without_a_cuda_context_gets_one_then_fills_the_map(monkeypatch):
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(64, 128, 64)
+    G.launch(a, b, c, precision="none", config=CFG)
+    bound = G._bound[next(iter(G._bound))]
+    fills = []
+
+    def expand(i, ptr, shape, strides):
+        fills.append(i)
+        if len(fills) == 1:
+            raise RuntimeError("Triton Error [CUDA]: Failed to create tensor map descriptor: invalid device context")
+        return [("map", i, ptr), *shape, *strides]
+
+    monkeypatch.setattr(bound, "expand", expand)
+    made = []
+    monkeypatch.setattr(G._adapter, "ensure_context", lambda dev: made.append(dev) or True)
+    G.launch(a, b, c, precision="none", config=CFG)
+    assert made == [-1] and fills == [0, 0, 1, 2] and len(f.c) == 1
+    monkeypatch.setattr(G, "_descs", {})
+    fills.clear()
+    monkeypatch.setattr(G._adapter, "ensure_context", lambda dev: False)    # a context was there: the error stands
+    with pytest.raises(RuntimeError, match="tensor map"):
+        G.launch(a, b, c, precision="none", config=CFG)
+
+
 @pytest.mark.parametrize("kw, expect", [
     (dict(act="tanh"), "activation 'tanh'"),
     (dict(bias_mode=3), "bias_mode 3"),
@@ -542,10 +567,12 @@ def test_gpu_repeated_calls_take_the_bound_launch_and_stay_right():
     if not G._is_hopper():
         pytest.skip("needs a Hopper GPU")
     cfg = G.CONFIGS["16bit"][4]
-    for M, N, K in ((256, 520, 264), (300, 520, 264), (77, 1000, 136), (1024, 256, 512), (300, 520, 264)):
-        for a_t in (False, True):
+    for M, N, K in ((256, 520, 264), (304, 520, 264), (72, 1000, 136), (1024, 256, 512), (304, 520, 264)):
+        for a_t in (False, True):        # (A^T's row stride is M: a multiple of 8 elements)
             _check(M, N, K, BF16, cfg, a_t=a_t)
-            _check_epilogue(M, N, K, cfg, 1, "relu")
+            _check_epilogue(M, N, K, cfg, 1, "relu", a_t=a_t)
+    _check(77, 1000, 136, BF16, cfg)
+    _check_epilogue(77, 1000, 136, cfg, 2, "relu")
     bound = [v for v in G._bound.values() if isinstance(v, G._Bound)]
     assert bound, f"no specialisation took the C launch (adapter: {G._adapter.why_not_direct()!r})"
 
@@ -577,6 +604,31 @@ def test_gpu_threads():
     for a, b, c in jobs:
         ref = a.double() @ b.double()
         assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_captures_the_bound_launch():
+    """A bound launch (C launch, kept tensor maps) captured in a CUDA graph on another stream and
+    replayed on new contents of the same tensors."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    cfg = G.CONFIGS["16bit"][4]
+    a, b, c = _mats(304, 520, 264, BF16, device="cuda")
+    bias = torch.randn(520, device="cuda")
+    run = lambda: G.launch(a, b, c, precision="none", config=cfg, bias=bias, bias_mode=1, act="silu")  # noqa: E731
+    run()                                             # compiles and binds
+    run()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        run()
+    a.copy_(torch.randn_like(a, dtype=FP32).to(BF16))
+    c.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = _act64(a.double() @ b.double() + bias.double()[None, :], "silu")
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
 # -- the variant in the dispatcher (variants.GLUON; the model's side is in tests/test_heuristics.py) --

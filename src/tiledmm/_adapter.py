@@ -260,6 +260,23 @@ def tensordesc_launch(ck, descs):
         return None
 
 
+def ensure_context(index: int) -> bool:
+    """Make device ``index``'s primary CUDA context current in this thread where none is (a thread
+    that has not touched CUDA yet: Triton's launcher makes it current itself, its tensor-map filler
+    does not). True where it made one current. (CUDA's driver API, through ctypes.)"""
+    import ctypes
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    ctx, dev = ctypes.c_void_p(), ctypes.c_int()
+    if lib.cuCtxGetCurrent(ctypes.byref(ctx)) != 0 or ctx.value:
+        return False
+    if lib.cuDeviceGet(ctypes.byref(dev), index) != 0 or lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != 0:
+        return False
+    return lib.cuCtxSetCurrent(ctx) == 0
+
+
 # -- Triton: tiledmm's own index of compiled kernels ----------------------------------------------------
 #
 # (module docstring.) One small JSON file per kernel: the key is made of cheap parts -- the JIT
@@ -482,6 +499,6 @@ def numba_array_maker(index: int):
     return make
 
 
-__all__ = ["TRITON_CHECKED", "triton_direct", "index_key", "load_compiled", "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch", "tensordesc_launch", "raw_stream",
+__all__ = ["TRITON_CHECKED", "triton_direct", "index_key", "load_compiled", "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch", "tensordesc_launch", "ensure_context", "raw_stream",
            "raw_stream_getter", "device_getter", "internal_overlap", "gpu_sleep", "version_counter",
            "storage_weakref", "numba_array_maker"]

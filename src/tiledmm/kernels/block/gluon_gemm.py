@@ -286,12 +286,17 @@ class _Bound:
         self.sms, self.a_t, self.b_t, self.tail = sms, a_t, b_t, tail
         self.mkeys = [repr(sorted(m.items())) for m in metas]    # one tensor-map kind per descriptor
 
-    def desc(self, i: int, ptr: int, shape: tuple, strides: tuple) -> tuple:
+    def desc(self, i: int, ptr: int, shape: tuple, strides: tuple, dev: int) -> tuple:
         global _descs
         key = (self.mkeys[i], ptr, shape, strides)
         hit = _descs.get(key)
         if hit is None:
-            hit = tuple(self.expand(i, ptr, shape, strides))
+            try:
+                hit = tuple(self.expand(i, ptr, shape, strides))
+            except RuntimeError:        # a thread new to CUDA: no current context to fill a tensor map in
+                if not _adapter.ensure_context(dev):
+                    raise
+                hit = tuple(self.expand(i, ptr, shape, strides))
             cache = _descs
             if len(cache) >= MAX_DESCS:
                 cache = _descs = {}
@@ -299,10 +304,10 @@ class _Bound:
         return hit
 
     def __call__(self, a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev) -> None:
-        ea = self.desc(0, a.data_ptr(), (K, M) if self.a_t else (M, K), (sa[1] if self.a_t else sa[0], 1))
-        eb = self.desc(1, b.data_ptr(), (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1))
+        ea = self.desc(0, a.data_ptr(), (K, M) if self.a_t else (M, K), (sa[1] if self.a_t else sa[0], 1), dev)
+        eb = self.desc(1, b.data_ptr(), (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1), dev)
         pc = c.data_ptr()
-        ec = self.desc(2, pc, (M, N), (sc[0], 1))
+        ec = self.desc(2, pc, (M, N), (sc[0], 1), dev)
         tiles = cdiv(M, self.bm) * cdiv(N, self.bn)
         ws, cnt = _scratch(dev, tiles, tiles * self.split * self.bm * self.bn) if self.split > 1 else _SCRATCH[dev]
         self.launch(min(self.sms, tiles * self.split), 1, 1, current_stream(), self.function, self.coop, self.pdl,
