@@ -21,6 +21,11 @@ built from ``get_cache_manager(hash)``                             ``triton_key`
 ``.get_group``; ``ASTSource(fn, sig,
 constants, attrs)``; ``fn.cache_key``
 (the kernel index, below)
+the C launch inside Triton's           Triton 3.6.0 (CUDA)        ``kernel[grid](...)`` (public;
+``wrap_handle_tensordesc`` (its                                    gluon_gemm, one warning)
+closure, compared as source) and
+``make_tensordesc_arg`` with a
+stand-in descriptor (Gluon kernels)
 ``torch._C._cuda_getCurrentRawStream``  torch 2.11 / 2.13          ``torch.cuda.current_stream()``
 ``torch._C._cuda_getDevice``            torch 2.11 / 2.13          ``torch.cuda.current_device()``
 ``torch._debug_has_internal_overlap``   torch 2.11 / 2.13          zero-stride test
