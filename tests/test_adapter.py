@@ -130,6 +130,9 @@ def _compiled(launcher):
     class Compiled:
         function, packed_metadata = "fn", "meta"
         run = launcher
+
+        class src:
+            signature = {"a_desc": "tensordesc", "n": "i32", "b_desc": "tensordesc"}
     return Compiled()
 
 
@@ -257,8 +260,9 @@ def test_tensordesc_launch_expands_descriptors_as_tritons_wrapper(monkeypatch):
     monkeypatch.setattr(_adapter, "_direct", True)
     got = _adapter.tensordesc_launch(ck, [_Real(a), _Real(b)])
     assert got is not None
-    launch, coop, pdl, expand, kept = got
-    assert launch is raw and (coop, pdl) == (False, False) and kept == metas
+    launch, coop, pdl, function, packed, expand, kept, params = got
+    assert launch is raw and (coop, pdl, function, packed) == (False, False, "fn", "meta") and kept == metas
+    assert params == ("a_desc", "n", "b_desc")
     base = (1, 1, 1, 7, "fn", False, False, None, None, "meta", None, None, None)
     ck.run.launch(*base, _Real(a), 5, _Real(b))                       # Triton's own path
     launch(*base, *expand(0, a.data_ptr(), (8, 16), (16, 1)), 5, *expand(1, b.data_ptr(), (4, 32), (32, 1)))

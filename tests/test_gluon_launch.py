@@ -40,16 +40,13 @@ class _Fake:
     """gluon_gemm.launch on CPU tensors: Gluon's own launch (``_public``) and the adapter's
     ``tensordesc_launch`` replaced by recorders."""
 
-    def __init__(self, monkeypatch, direct=True, decided=True):
+    def __init__(self, monkeypatch, direct=True, decided=True, params=None):
         self.public, self.expanded, self.c = [], [], []
         self.lock = threading.Lock()
         kmod = G._kernel()
 
         class CK:
-            function, packed_metadata = "fn", "packed"
-
-            class src:
-                signature = dict.fromkeys(kmod.RUNTIME + kmod.CONSTEXPRS)
+            pass
 
         def public(a, b, c, M, N, K, config, *rest):
             with self.lock:
@@ -68,8 +65,9 @@ class _Fake:
 
         metas = [{"swizzle": 128, "desc": i} for i in range(3)]
         monkeypatch.setattr(G, "_public", public)
-        monkeypatch.setattr(G._adapter, "tensordesc_launch",
-                            lambda ck, descs: (raw, False, False, expand, metas) if direct else None)
+        td = G._adapter.TensorDescLaunch(raw, False, False, "fn", "packed", expand, metas,
+                                         params or kmod.RUNTIME + kmod.CONSTEXPRS)
+        monkeypatch.setattr(G._adapter, "tensordesc_launch", lambda ck, descs: td if direct else None)
         monkeypatch.setattr(G._adapter, "decided", lambda: decided)
         monkeypatch.setattr(G, "_bound", {})
         monkeypatch.setattr(G, "_descs", {})
@@ -163,6 +161,18 @@ def test_an_undecided_adapter_binds_later_and_a_declining_one_never(monkeypatch)
         for cfg in (CFG, CFG, G._c(64, 64, 64, 4, 8)):
             G.launch(a, b, c, precision="none", config=cfg)
     assert len(f2.public) == 3 and not f2.c and set(G._bound.values()) == {G._PUBLIC}
+    assert len([w for w in caught if "Gluon kernel's launcher" in str(w.message)]) == 1
+
+
+def test_a_compiled_signature_not_the_kernels_keeps_gluons_launcher(monkeypatch):
+    f = _Fake(monkeypatch, params=("a_desc", "b_desc"))
+    monkeypatch.setattr(G._adapter, "triton_direct", lambda: True)
+    a, b, c = _mats(64, 128, 64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            G.launch(a, b, c, precision="none", config=CFG)
+    assert len(f.public) == 3 and not f.c and list(G._bound.values()) == [G._PUBLIC]
     assert len([w for w in caught if "Gluon kernel's launcher" in str(w.message)]) == 1
 
 

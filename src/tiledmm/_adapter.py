@@ -53,6 +53,7 @@ from __future__ import annotations
 import inspect
 import threading
 import warnings
+from typing import Callable, NamedTuple
 
 from . import _backend
 
@@ -228,16 +229,29 @@ class _Desc:
         self.base, self.shape, self.strides, self.padding = _Base(ptr), list(shape), list(strides), "zero"
 
 
-def tensordesc_launch(ck, descs):
-    """(C launch, cooperative flag, PDL flag, ``expand``, metadata) of CompiledKernel ``ck`` whose descriptor
-    arguments, in order, were ``descs`` (Gluon's TensorDescriptor objects of a call just made), or None.
-    ``expand(i, ptr, shape, strides)``: the C launch's arguments for descriptor parameter ``i`` over
-    memory at ``ptr`` (zero padding), as Triton's wrapper computes them; metadata: each descriptor
-    parameter's tensor-map metadata (dicts: swizzle, element type, block), which ``expand`` depends on
-    besides its arguments. The C launch takes (gridX,
-    gridY, gridZ, stream, function, cooperative, pdl, None, None, packed metadata, None, None, None,
-    *args) with every descriptor expanded in place. None also where direct launches are off, the
-    kernel needs global or profiling scratch, or anything differs from Triton 3.6's form."""
+class TensorDescLaunch(NamedTuple):
+    """How to launch one compiled kernel with host TMA descriptors without Triton's Python launcher.
+    ``launch(gridX, gridY, gridZ, stream, function, cooperative, pdl, None, None, packed, None, None,
+    None, *args)`` with every descriptor argument replaced by ``expand(i, ptr, shape, strides)``:
+    (tensor map, *shape, *strides) of descriptor parameter ``i`` over memory at ``ptr`` (zero
+    padding), as Triton's wrapper computes it. ``metadata``: each descriptor parameter's tensor-map
+    metadata (swizzle, element type, block: what ``expand`` depends on besides its arguments);
+    ``params``: the kernel's parameter names in order, as compiled."""
+    launch: Callable
+    cooperative: bool
+    pdl: bool
+    function: int
+    packed: object
+    expand: Callable
+    metadata: list
+    params: tuple
+
+
+def tensordesc_launch(ck, descs) -> TensorDescLaunch | None:
+    """The ``TensorDescLaunch`` of CompiledKernel ``ck`` whose descriptor arguments, in order, were
+    ``descs`` (Gluon's TensorDescriptor objects of a call just made through ``kernel[grid]``), or
+    None: where direct launches are off, the kernel needs global or profiling scratch, or anything
+    differs from Triton 3.6's form (the caller launches through ``kernel[grid](...)``)."""
     direct = c_launch(ck)
     if direct is None or direct[3]:
         return None
@@ -260,7 +274,8 @@ def tensordesc_launch(ck, descs):
             if len(real) != len(mine) or type(real[0]) is not type(mine[0]) or \
                     [int(x) for x in real[1:]] != [int(x) for x in mine[1:]]:
                 return None
-        return raw, coop, pdl, expand, [dict(m) for m in metas]
+        return TensorDescLaunch(raw, coop, pdl, ck.function, ck.packed_metadata, expand,
+                                [dict(m) for m in metas], tuple(ck.src.signature))
     except Exception:   # noqa: BLE001  a changed Triton: the public launch
         return None
 
@@ -504,6 +519,6 @@ def numba_array_maker(index: int):
     return make
 
 
-__all__ = ["TRITON_CHECKED", "triton_direct", "index_key", "load_compiled", "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch", "tensordesc_launch", "ensure_context", "raw_stream",
+__all__ = ["TRITON_CHECKED", "triton_direct", "index_key", "load_compiled", "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch", "TensorDescLaunch", "tensordesc_launch", "ensure_context", "raw_stream",
            "raw_stream_getter", "device_getter", "internal_overlap", "gpu_sleep", "version_counter",
            "storage_weakref", "numba_array_maker"]
