@@ -164,7 +164,7 @@ def host_costs():
           f"{tiledmm._adapter.why_not_direct() or 'direct'}", flush=True)
 
 
-def fused_linear(M=8192, K=4096, N=16384, rounds=3):
+def fused_linear(M=8192, K=4096, N=16384, rounds=5):
     """Linear(K, N) + gelu at M tokens, bf16: the fused launch against torch's F.linear + gelu (and
     each one's GEMM alone), measured in turn ``rounds`` times (the GPU's clocks drift): medians."""
     from tiledmm import timing
