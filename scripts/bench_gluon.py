@@ -1,12 +1,18 @@
 """Check the Gluon warp-specialised GEMM (kernels/block/gluon_gemm.py) against float64 and time it
-against torch.matmul on the GPU (issue 24). Standalone: imports torch, triton and gluon_gemm only.
+against torch.matmul on the GPU (issue 24).
 
-    PYTHONPATH=src/tiledmm/kernels/block python3 scripts/bench_gluon.py [--quick] [--out DIR]
+    PYTHONPATH=src python3 scripts/bench_gluon.py [--quick] [--out DIR]
+    PYTHONPATH=src python3 scripts/bench_gluon.py --host      # host cost of a call, the fused Linear
 
 Correctness: ||out - ref|| / ||ref|| against a float64 product of the same (rounded) inputs, fresh
 random inputs each check, output poisoned with NaN first (every element must be written); ragged
 edges, transposed operands (A and/or B with unit stride along M/N: the kernel reads them through
 a permuted shared-memory view), an offset (aligned) sub-matrix, alpha/beta, bf16, fp16, tf32.
+--host: host microseconds per call of gluon_gemm.launch, of tiledmm.matmul(variant="gluon-ws") and of
+torch.matmul (tiledmm.timing: wall_us_per_call -- 200 queued calls, then a sync, median of 5 -- and
+device_and_host's host time, queued behind a GPU sleep so the GPU never holds the host back), and
+the fused Linear(4096, 16384, gelu) forward at 8192 tokens: one launch with bias + gelu in the
+epilogue against torch's F.linear + gelu (tiledmm.timing.time_calls: CUDA events, median of batches).
 Timing: CUDA events around the replay of a CUDA graph of `reps` queued launches (host launch cost
 out of the numbers), inputs rotated over sets larger than L2, median of batches; same process,
 same method for torch.matmul (cuBLAS). TFLOP/s = 2MNK / time.
@@ -20,7 +26,9 @@ import sys
 
 import torch
 
-import gluon_gemm as G
+import triton
+
+from tiledmm.kernels.block import gluon_gemm as G
 
 TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 2e-3}
 SHAPES = [(512, 4096, 4096), (512, 6144, 4096), (512, 14336, 4096), (64, 4096, 4096),
@@ -126,6 +134,64 @@ def bench(M, N, K, dtype, configs):
     return row
 
 
+def host_costs():
+    """Host us per call: gluon_gemm.launch (the first call goes through Gluon's launcher, the later
+    ones through the bound C launch), with bias + gelu too, tiledmm.matmul forced to the variant,
+    torch.matmul."""
+    import tiledmm
+    from tiledmm import timing
+    print("== host cost per call (us): wall_us_per_call | device_and_host: GPU us, host us ==", flush=True)
+    for (M, N, K) in ((512, 4096, 4096), (128, 128, 128), (4096, 4096, 4096)):
+        a, b = operands(M, N, K, torch.bfloat16)
+        c = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+        bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+        calls = {"gluon_gemm.launch": lambda: G.launch(a, b, c, precision="none"),
+                 "gluon_gemm.launch bias+gelu": lambda: G.launch(a, b, c, precision="none", bias=bias, bias_mode=1,
+                                                                 act="gelu"),
+                 "tiledmm.matmul(variant)": lambda: tiledmm.matmul(a, b, kernel="triton", variant=G.NAME, out=c),
+                 "tiledmm.matmul() its own pick": lambda: tiledmm.matmul(a, b, out=c),
+                 "torch.matmul(out=)": lambda: torch.matmul(a, b, out=c)}
+        for name, fn in calls.items():
+            wall = timing.wall_us_per_call(fn)
+            gpu_ms, host_ms = timing.device_and_host(fn)
+            print(f"{M}x{N}x{K} bf16 {name:28}: wall {wall:7.1f} | GPU {1e3 * gpu_ms:7.1f} host {1e3 * host_ms:6.1f}",
+                  flush=True)
+    bound = [v for v in G._bound.values() if isinstance(v, G._Bound)]
+    from tiledmm.kernels.block import matmul as bm
+    picks = sorted({f"{p.func.__module__}.{p.func.__name__}" for p in bm._plans.values() if hasattr(p, "func")})
+    print(f"dispatcher plans' launch functions: {picks}", flush=True)
+    print(f"bound specialisations: {len(bound)} of {len(G._bound)}; adapter: "
+          f"{tiledmm._adapter.why_not_direct() or 'direct'}", flush=True)
+
+
+def fused_linear(M=8192, K=4096, N=16384, rounds=5):
+    """Linear(K, N) + gelu at M tokens, bf16: the fused launch against torch's F.linear + gelu (and
+    each one's GEMM alone), measured in turn ``rounds`` times (the GPU's clocks drift): medians."""
+    from tiledmm import timing
+    x, w_t = operands(M, N, K, torch.bfloat16, b_t=True)          # w_t: the weight (N, K) seen as (K, N)
+    bias = torch.randn(N, device="cuda").to(torch.bfloat16)
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    w = w_t.t()
+    F = torch.nn.functional
+    for act, tact in (("gelu", "none"), ("gelu_tanh", "tanh")):
+        G.launch(x, w_t, out, precision="none", bias=bias, bias_mode=1, act=act)
+        ref = F.gelu(F.linear(x.double(), w.double(), bias.double()), approximate=tact)
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        del ref
+        calls = {"fused": lambda: G.launch(x, w_t, out, precision="none", bias=bias, bias_mode=1, act=act),
+                 "gemm": lambda: G.launch(x, w_t, out, precision="none"),
+                 "torch": lambda: F.gelu(F.linear(x, w, bias), approximate=tact),
+                 "torch_mm": lambda: torch.matmul(x, w_t, out=out)}
+        t = {k: [] for k in calls}
+        for _ in range(rounds):
+            for k, fn in calls.items():
+                t[k].append(timing.time_calls(fn))
+        m = {k: statistics.median(v) for k, v in t.items()}
+        print(f"Linear({K},{N},{act}) x {M} tokens bf16: gluon fused {m['fused']:.3f} ms (GEMM alone {m['gemm']:.3f}) | "
+              f"torch F.linear+gelu {m['torch']:.3f} ms (matmul alone {m['torch_mm']:.3f}) | fused x torch "
+              f"{m['torch'] / m['fused']:.3f} | rel err vs float64 {err:.1e} | rounds {t}", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer shapes and configs")
@@ -136,10 +202,17 @@ def main():
                     help="a few small checks only (to run under compute-sanitizer), then exit")
     ap.add_argument("--eager", action="store_true",
                     help="host cost of eager launches (no graph): wall time of 200 back-to-back calls, then exit")
+    ap.add_argument("--host", action="store_true", help="host us per call and the fused Linear, then exit")
+    ap.add_argument("--linear", action="store_true", help="the fused Linear only, then exit")
     ap.add_argument("--align-probe", action="store_true", help="time 5000^3, 5056^3, 5120^3 (bf16, 128x256)")
     args = ap.parse_args()
-    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", G.triton.__version__, flush=True)
+    print(torch.cuda.get_device_name(), "torch", torch.__version__, "triton", triton.__version__, flush=True)
 
+    if args.host or args.linear:
+        if args.host:
+            host_costs()
+        fused_linear()
+        return 0
     if args.eager:
         import time
         for (M, N, K) in ((1000, 1000, 1000), (512, 4096, 4096), (64, 4096, 4096)):

@@ -130,6 +130,9 @@ def _compiled(launcher):
     class Compiled:
         function, packed_metadata = "fn", "meta"
         run = launcher
+
+        class src:
+            signature = {"a_desc": "tensordesc", "n": "i32", "b_desc": "tensordesc"}
     return Compiled()
 
 
@@ -205,3 +208,79 @@ def test_gpu_self_test_passes_on_the_checked_triton(monkeypatch):
     stream = _adapter.raw_stream(torch.cuda.current_device())
     assert stream == torch.cuda.current_stream().cuda_stream
     assert _adapter.device_getter()() == torch.cuda.current_device()
+
+
+# -- the C launch under Triton's tensor-descriptor wrapper (Gluon kernels: _adapter.tensordesc_launch) --
+
+_BASE_ARGS_FORMAT_LEN = 13          # Triton 3.6's driver.py: the launcher's arguments before the kernel's
+
+
+def make_tensordesc_arg(arg, metadata):     # a stand-in for Triton's: (tensor map, *shape, *strides)
+    return [("map", arg.base.data_ptr(), tuple(arg.shape), tuple(arg.strides), metadata["swizzle"]),
+            *arg.shape, *arg.strides]
+
+
+def _wrap_handle_tensordesc(launcher, tensordesc_indices, tensordesc_meta):   # Triton 3.6's wrapper
+    def inner(*args):
+        final_args = list(args[:_BASE_ARGS_FORMAT_LEN])
+        tensordesc_idx = 0
+        for i, arg in enumerate(args[_BASE_ARGS_FORMAT_LEN:]):
+            if i in tensordesc_indices:
+                final_args.extend(make_tensordesc_arg(arg, tensordesc_meta[tensordesc_idx]))
+                tensordesc_idx += 1
+            else:
+                final_args.append(arg)
+        return launcher(*final_args)
+    return inner
+
+
+def _other_wrapper(launcher, tensordesc_indices, tensordesc_meta):
+    def inner(*args):
+        return launcher(*args)
+    return inner
+
+
+class _Real:                        # a host descriptor as Gluon builds it
+    def __init__(self, t):
+        self.base, self.shape, self.strides, self.padding = t, t.shape, t.stride(), "zero"
+
+
+def _td_compiled(wrapper, metas, calls):
+    launcher = _KnownLauncher(calls)
+    raw = lambda *args: calls.append(("raw",) + args)   # noqa: E731
+    launcher.launch = wrapper(raw, {0, 2}, metas)
+    return _compiled(launcher), raw
+
+
+def test_tensordesc_launch_expands_descriptors_as_tritons_wrapper(monkeypatch):
+    calls = []
+    metas = [{"swizzle": 128}, {"swizzle": 64}]
+    ck, raw = _td_compiled(_wrap_handle_tensordesc, metas, calls)
+    a, b = torch.zeros(8, 16), torch.zeros(4, 32)
+    monkeypatch.setattr(_adapter, "_direct", True)
+    got = _adapter.tensordesc_launch(ck, [_Real(a), _Real(b)])
+    assert got is not None
+    launch, coop, pdl, function, packed, expand, kept, params = got
+    assert launch is raw and (coop, pdl, function, packed) == (False, False, "fn", "meta") and kept == metas
+    assert params == ("a_desc", "n", "b_desc")
+    base = (1, 1, 1, 7, "fn", False, False, None, None, "meta", None, None, None)
+    ck.run.launch(*base, _Real(a), 5, _Real(b))                       # Triton's own path
+    launch(*base, *expand(0, a.data_ptr(), (8, 16), (16, 1)), 5, *expand(1, b.data_ptr(), (4, 32), (32, 1)))
+    assert calls[0] == calls[1] and calls[0][15:20] == (8, 16, 16, 1, 5)
+    # no tensor is kept alive by an expansion: only its pointer
+    assert expand(0, 4096, [2, 3], [3, 1]) == [("map", 4096, (2, 3), (3, 1), 128), 2, 3, 3, 1]
+
+
+def test_tensordesc_launch_declines_what_it_does_not_know(monkeypatch):
+    calls = []
+    metas = [{"swizzle": 128}, {"swizzle": 64}]
+    descs = [_Real(torch.zeros(8, 16)), _Real(torch.zeros(4, 32))]
+    ck, _ = _td_compiled(_wrap_handle_tensordesc, metas, calls)
+    monkeypatch.setattr(_adapter, "_direct", False)
+    assert _adapter.tensordesc_launch(ck, descs) is None               # direct launches off
+    monkeypatch.setattr(_adapter, "_direct", True)
+    assert _adapter.tensordesc_launch(ck, descs[:1]) is None           # not the kernel's descriptors
+    assert _adapter.tensordesc_launch(_td_compiled(_other_wrapper, metas, calls)[0], descs) is None
+    assert _adapter.tensordesc_launch(_td_compiled(_wrap_handle_tensordesc, [None, None], calls)[0], descs) is None
+    ck.run.global_scratch_size = 128                                   # scratch: Triton's launcher allocates it
+    assert _adapter.tensordesc_launch(ck, descs) is None

@@ -3,12 +3,16 @@
 On the CPU: its launch logic -- which products it takes and why not (one-line reasons), the
 descriptor plan (which tensor each TMA descriptor covers, block shapes, transposition flags,
 grid), the no-timing config pick and the shared-memory budget -- and, where the installed Triton
-has its CUDA backend (ptxas), that the kernel compiles for sm_90a to warp-specialised wgmma code.
+has its CUDA backend (ptxas), that the kernel compiles for sm_90a to warp-specialised wgmma code,
+with every fused epilogue (bias x activation). The bound launch path: tests/test_gluon_launch.py.
 On a Hopper GPU (@pytest.mark.gpu): results against float64 for ragged edges, transposed and
-offset operands, alpha/beta, bf16/fp16/tf32, with the output poisoned first.
+offset operands, alpha/beta, bf16/fp16/tf32, every bias x activation, with the output poisoned
+first; repeated calls on new pointers and shapes through the bound C launch, threads, a CUDA graph.
 """
+import math
 import os
 import re
+import threading
 
 import pytest
 import torch
@@ -125,28 +129,31 @@ def test_heuristic_skips_configs_over_the_shared_memory_limit():
 
 # -- compiling for sm_90a on the CPU (the installed Triton's CUDA backend) -------------------------
 
-def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False):
+def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False, bias=0, act="none"):
     triton = pytest.importorskip("triton")
     try:
         from triton.backends.compiler import GPUTarget
         from triton.experimental.gluon._runtime import GluonASTSource
     except ImportError as e:  # pragma: no cover  (a Triton without Gluon's runtime)
         pytest.skip(f"no Gluon compiler: {e}")
+    K = G._kernel()
     a, b, c = _mats(128, 256, 128, dtype, a_t, b_t)
     plan = G.descriptor_plan(a, b, c, cfg)
-    descs = [G._descriptor(*plan[x]) for x in "abc"]
+    descs = [K.descriptor(*plan[x]) for x in "abc"]
     if not hasattr(descs[0], "__mangle__"):   # Triton 3.6: no signature string from a descriptor here
         pytest.skip("this Triton's descriptors have no __mangle__ (the GPU tests compile the kernel)")
-    names = G.gluon_ws_kernel.arg_names
+    names = K.gluon_ws_kernel.arg_names
+    ptr = "*" + {BF16: "bf16", FP16: "fp16", FP32: "fp32"}[dtype]
     sig = {"a_desc": descs[0].__mangle__(), "b_desc": descs[1].__mangle__(), "c_desc": descs[2].__mangle__(),
-           "c_ptr": "*" + {BF16: "bf16", FP16: "fp16", FP32: "fp32"}[dtype], "stride_cm": "i32",
+           "c_ptr": ptr, "stride_cm": "i32", "bias_ptr": ptr, "stride_bias": "i32",
            "ws_ptr": "*fp32", "cnt_ptr": "*i32",
            "M": "i32", "N": "i32", "K": "i32", "alpha": "fp32", "beta": "fp32"}
     const = dict(STAGES=cfg["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
-                 HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"], LOADER_REGS=G.LOADER_REGS,
-                 num_warps=cfg["num_warps"])
+                 HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"],
+                 LOADER_REGS=G.LOADER_REGS, BIAS=bias, ACT=act, num_warps=cfg["num_warps"])
     sig.update({k: "constexpr" for k in const})
-    src = GluonASTSource(G.gluon_ws_kernel, sig, {(names.index(k),): v for k, v in const.items()})
+    assert tuple(sig) == K.RUNTIME + K.CONSTEXPRS == tuple(names)
+    src = GluonASTSource(K.gluon_ws_kernel, sig, {(names.index(k),): v for k, v in const.items()})
     try:
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
     except RuntimeError as e:
@@ -171,6 +178,24 @@ def test_compiles_to_warp_specialised_wgmma(cfg, dtype, a_t, b_t, mma):
     assert re.search(rf"setmaxnreg\.\w+\.sync\.aligned\.u32\s+{G.LOADER_REGS}\b", ptx)
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+2[0-9]{2}\b", ptx)
     assert k.metadata.shared <= G.SMEM_LIMIT + 2048
+
+
+@pytest.mark.parametrize("bias", [0, 1, 2])
+@pytest.mark.parametrize("act", G.ACTS)
+def test_compiles_with_every_fused_epilogue(bias, act):
+    """BIAS x ACT: the bias is the only global load of a plain (beta = 0, unsplit) kernel; erf and
+    the sigmoid-based activations use exp2, relu a max."""
+    ptx = _compile(G.CONFIGS["16bit"][5], BF16, bias=bias, act=act).asm["ptx"]
+    assert ("ld.global" in ptx) == (bias != 0)
+    assert ("ex2.approx" in ptx) == (act in ("gelu", "gelu_tanh", "silu"))
+    if act == "relu":
+        assert re.search(r"\bmax\.(nan\.)?f32", ptx)
+
+
+def test_compiles_the_fused_linear_tile():
+    """The 128x256 two-warpgroup tile with EPI_SPLIT=2 (nn.Linear's shapes) with bias + gelu and beta."""
+    k = _compile(G.CONFIGS["16bit"][0], BF16, has_beta=True, bias=1, act="gelu")
+    assert "ld.global" in k.asm["ptx"] and k.metadata.shared <= G.SMEM_LIMIT + 2048
 
 
 # -- on a Hopper GPU: against float64 --------------------------------------------------------------
@@ -259,6 +284,134 @@ def test_gpu_offset_submatrix_and_edges():
     _check(100, 104, 8, FP16)
 
 
+def _act64(x, act):
+    """kernels._activation in float64 (gelu_tanh in its tanh form)."""
+    if act == "relu":
+        return x.clamp_min(0)
+    if act == "gelu":
+        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
+    if act == "gelu_tanh":
+        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    if act == "silu":
+        return x * torch.sigmoid(x)
+    return x
+
+
+def _check_epilogue(M, N, K, cfg, bias_mode, act, bias_dtype=FP32, alpha=1.0, beta=0.0, a_t=False, b_t=False,
+                    dtype=BF16):
+    a, b, c = _mats(M, N, K, dtype, a_t, b_t, device="cuda")
+    if beta:
+        c.copy_(torch.randn(M, N, device="cuda"))
+    else:
+        c.fill_(float("nan"))
+    bias = torch.randn(N if bias_mode == 1 else M, device="cuda").to(bias_dtype) if bias_mode else None
+    c0, a0, b0 = c.clone(), a.clone(), b.clone()
+    G.launch(a, b, c, precision="none", alpha=alpha, beta=beta, config=cfg, bias=bias, bias_mode=bias_mode, act=act)
+    torch.cuda.synchronize()
+    assert not torch.isnan(c).any() and torch.equal(a, a0) and torch.equal(b, b0)
+    ref = alpha * (a.double() @ b.double()) + (beta * c0.double() if beta else 0)
+    if bias_mode == 1:
+        ref = ref + bias.double()[None, :]
+    elif bias_mode == 2:
+        ref = ref + bias.double()[:, None]
+    ref = _act64(ref, act)
+    err = ((c.double() - ref).norm() / ref.norm()).item()
+    assert err < {BF16: 1e-2, FP16: 2e-3}[dtype], (bias_mode, act, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias_mode", [0, 1, 2])
+@pytest.mark.parametrize("act", G.ACTS)
+def test_gpu_fused_epilogue_every_bias_and_activation(bias_mode, act):
+    """act(alpha * a @ b + beta * C + bias) against float64, ragged edges, bias fp32 or C's dtype."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    ab = dict(alpha=0.5, beta=2.0) if act in ("none", "gelu") else {}
+    _check_epilogue(333, 264, 200, G.CONFIGS["16bit"][5], bias_mode, act, FP32 if bias_mode != 2 else BF16, **ab)
+
+
+@pytest.mark.gpu
+def test_gpu_fused_linear_tile_and_split_k():
+    """nn.Linear's case: B column-major (the weight), bias per column, gelu, on the 128x256 tile with
+    EPI_SPLIT=2; and the epilogue after split-K's fix-up."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    _check_epilogue(1000, 1000, 1000, G.CONFIGS["16bit"][0], 1, "gelu", BF16, b_t=True)
+    _check_epilogue(300, 264, 1000, G._c(64, 128, 64, 4, 6, split=4), 2, "silu", FP32, alpha=0.5, beta=2.0,
+                    dtype=FP16)
+
+
+@pytest.mark.gpu
+def test_gpu_repeated_calls_take_the_bound_launch_and_stay_right():
+    """New tensors (pointers), shapes and biases every call: the cached path (C launch, kept tensor
+    maps) gives the right result each time."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    cfg = G.CONFIGS["16bit"][4]
+    for M, N, K in ((256, 520, 264), (304, 520, 264), (72, 1000, 136), (1024, 256, 512), (304, 520, 264)):
+        for a_t in (False, True):        # (A^T's row stride is M: a multiple of 8 elements)
+            _check(M, N, K, BF16, cfg, a_t=a_t)
+            _check_epilogue(M, N, K, cfg, 1, "relu", a_t=a_t)
+    _check(77, 1000, 136, BF16, cfg)
+    _check_epilogue(77, 1000, 136, cfg, 2, "relu")
+    bound = [v for v in G._bound.values() if isinstance(v, G._Bound)]
+    assert bound, f"no specialisation took the C launch (adapter: {G._adapter.why_not_direct()!r})"
+
+
+@pytest.mark.gpu
+def test_gpu_threads():
+    """Threads launching one specialisation at once (the first compiles under the lock), each on
+    its own operands: every result right."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    cfg = G._c(64, 64, 64, 4, 8, group=4)       # a config no other test compiles: the first launch races
+    jobs = [_mats(200 + 16 * i, 264, 136, BF16, device="cuda") for i in range(6)]
+    errors = []
+
+    def work(a, b, c):
+        try:
+            for _ in range(10):
+                G.launch(a, b, c, precision="none", config=cfg)
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=job) for job in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    assert not errors, errors
+    for a, b, c in jobs:
+        ref = a.double() @ b.double()
+        assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_captures_the_bound_launch():
+    """A bound launch (C launch, kept tensor maps) captured in a CUDA graph on another stream and
+    replayed on new contents of the same tensors."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    cfg = G.CONFIGS["16bit"][4]
+    a, b, c = _mats(304, 520, 264, BF16, device="cuda")
+    bias = torch.randn(520, device="cuda")
+    run = lambda: G.launch(a, b, c, precision="none", config=cfg, bias=bias, bias_mode=1, act="silu")  # noqa: E731
+    run()                                             # compiles and binds
+    run()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        run()
+    a.copy_(torch.randn_like(a, dtype=FP32).to(BF16))
+    c.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = _act64(a.double() @ b.double() + bias.double()[None, :], "silu")
+    assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
 # -- the variant in the dispatcher (variants.GLUON; the model's side is in tests/test_heuristics.py) --
 
 def test_registered_as_a_gpu_only_unbound_variant():
@@ -266,7 +419,9 @@ def test_registered_as_a_gpu_only_unbound_variant():
     v = V.BY_NAME[G.NAME]
     assert v is V.GLUON and v in V.ALL
     assert v.replayable is False and v.emulation == () and v.own_config is G.heuristic
-    assert v.traits.capability == (9, 0) and v.traits.persistent and v.traits.host_us >= 95
+    # the model's host floor for it is at least a bound call's measured host time (bench_gluon --host:
+    # 12-24 us through gluon_gemm.launch, 25 us through tiledmm.matmul's plan on the H100)
+    assert v.traits.capability == (9, 0) and v.traits.persistent and v.traits.host_us >= 20
     assert v.configs("16bit") == G.CONFIGS["16bit"] and v.configs("ieee") == []
 
 

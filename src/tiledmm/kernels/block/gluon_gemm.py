@@ -1,8 +1,11 @@
-"""Variant 'gluon-ws': a warp-specialised Hopper GEMM written in Gluon (issue 24, step 1).
+"""Variant 'gluon-ws': a warp-specialised Hopper GEMM written in Gluon (issue 24), host side.
 
 Gluon is Triton's lower-level language (``triton.experimental.gluon``): the kernel says
 itself what Triton's ``tl`` compiler decides, following Triton's Gluon tutorials
-(05-wgmma, 07-persistence, 08-warp-specialization):
+(05-wgmma, 07-persistence, 08-warp-specialization). The device code is in ``gluon_kernel.py``,
+imported on the first launch (importing Gluon costs ~0.12 s); everything the dispatcher needs
+without launching -- NAME, CONFIGS, RATE, heuristic, why_not, applicable, smem_bytes,
+descriptor_plan -- is here and imports no Gluon.
 
 * persistent: one program per SM walks the output tiles in grouped (L2-swizzled) order;
 * warp specialisation: a 1-warp *loader* partition issues TMA loads into a STAGES-deep
@@ -11,11 +14,13 @@ itself what Triton's ``tl`` compiler decides, following Triton's Gluon tutorials
   one wgmma in flight and hands the stage back on its ``empty`` mbarrier. The loader runs
   ahead into the next tile while the consumers run the epilogue. The loader asks for
   LOADER_REGS registers (``setmaxnreg``), leaving the rest to the consumers;
-* epilogue: ``alpha * acc (+ beta * C)``, written through shared memory and a TMA store
-  whose completion is awaited only before the next tile's store (overlapped with its main
-  loop); EPI_SPLIT=2 stores the tile in two halves through a half-size staging buffer, which
-  frees room for a 4th stage. With beta != 0, C is read with ordinary loads in the epilogue
-  (exposed, not ahead; the 128x256 tile spills registers there);
+* fused epilogue: ``act(alpha * acc + beta * C + bias)`` in fp32 (``bias_mode`` 1: one value per
+  column, 2: one per row, a 1-D tensor of C's dtype or float32 read with masked loads; ``act``
+  "none", "relu", "gelu", "gelu_tanh", "silu" with ``kernels._activation``'s formulas), written
+  through shared memory and a TMA store whose completion is awaited only before the next tile's
+  store (overlapped with its main loop); EPI_SPLIT=2 stores the tile in two halves through a
+  half-size staging buffer, which frees room for a 4th stage. With beta != 0, C is read with
+  ordinary loads in the epilogue (exposed, not ahead; the 128x256 tile spills registers there);
 * split-K in one kernel (config SPLIT_K): SPLIT_K adjacent work units per tile; each leaves an
   fp32 partial in a workspace and counts itself in on the tile's counter; the last to arrive adds
   the others, runs the epilogue and resets the counter (so the counters stay zero between
@@ -28,218 +33,38 @@ itself what Triton's ``tl`` compiler decides, following Triton's Gluon tutorials
 tf32 (float32 operands) needs both operands K-major (a wgmma rule): A row-major, B
 column-major; other float32 layouts are not applicable here (no per-call copy).
 2-D only. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
-consumers. Host cost: ``launch`` goes through Gluon's JIT launcher and builds three descriptors
-per call (about 95-150 us of host time a call on the GPU image, against torch's 12 us):
-eager calls need a cached fast path before small products can win. In the dispatcher it is
-``variants.GLUON`` (unbound: that host time is its floor in the no-timing model, whose view of its
-speed is ``heuristics.gluon_speed``; its candidate config is ``heuristic``'s).
+consumers.
 
-The module imports only torch and triton, so it runs standalone (scripts/bench_gluon.py).
+Host cost of a call: the first call of each specialisation (config, dtypes, epilogue flags,
+layout) goes through Gluon's launcher (``kernel[grid](...)``: ~100-150 us, it compiles on first
+use) and remembers the CompiledKernel; later calls call its C launch directly
+(``_adapter.tensordesc_launch``) with the descriptors' tensor maps kept per (pointer, shape,
+strides) in a bounded cache: 12-24 us of host time a call on the H100 (torch.matmul: 13-21 us;
+scripts/bench_gluon.py --host). M, N and K are not specialised, so one compiled kernel serves
+every size. Where the adapter declines (another Triton, a failed self-test), every call takes
+Gluon's launcher (one warning).
 """
 from __future__ import annotations
 
 import functools
 import os
+import threading
+import warnings
 
-import triton
-from triton.experimental import gluon
-from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from ... import _adapter
+from ..._arrays import TiledmmError
+from .fastlaunch import current_stream
 
 NAME = "gluon-ws"
 LOADER_REGS = 40          # registers per thread of the loader warp (setmaxnreg)
 SMEM_LIMIT = 232448 - 2048  # the H100's opt-in shared memory per block, less barriers/slack
-# the TMA copies' names: async_load/async_store from Triton 3.7 on, the older names in 3.6 (the GPU image)
-_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier     # 3.6's name, later gl.barrier
 _DTYPES = {"torch.bfloat16": "16bit", "torch.float16": "16bit", "torch.float32": "tf32"}
+ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
 def cdiv(x: int, y: int) -> int:
     return -(-x // y)
 
-
-# -- device code ---------------------------------------------------------------------------------
-
-@gluon.constexpr_function
-def _acc_layout(dtype, BN, num_warps):
-    """wgmma accumulator layout: warpgroups stacked along M (64 rows each for 8 warps),
-    one instruction per warpgroup and K-step (n = BN <= 256, k = 32 bytes of operand)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                     instr_shape=[16, BN, 256 // dtype.primitive_bitwidth])
-
-
-@gluon.jit
-def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
-    per_group = GROUP_M * num_pid_n
-    group = tile // per_group
-    first_m = group * GROUP_M
-    rows = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % per_group) % rows
-    pid_n = (tile % per_group) // rows
-    return pid_m, pid_n
-
-
-@gluon.jit
-def _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
-    """Work unit -> (tile, pid_m, pid_n, first K-step, end K-step): SPLIT_K units per tile, adjacent."""
-    tile = unit // SPLIT_K
-    k_per = gl.cdiv(k_tiles, SPLIT_K)
-    k_lo = (unit % SPLIT_K) * k_per
-    k_hi = min(k_lo + k_per, k_tiles)
-    pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-    return tile, pid_m, pid_n, k_lo, k_hi
-
-
-@gluon.jit
-def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
-            BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-            A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
-            SPLIT_K: gl.constexpr):
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    k_tiles = gl.cdiv(K, BK)
-    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-    it = 0
-    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
-        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
-        off_m = pid_m * BM
-        off_n = pid_n * BN
-        for ki in range(k_lo, k_hi):
-            s = it % STAGES
-            # a fresh barrier passes a wait on parity 1: the first lap needs no consumer
-            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
-            bar = ready.index(s)
-            mbarrier.expect(bar, nbytes)
-            k = ki * BK
-            if A_T:
-                _tma_load(a_desc, [k, off_m], bar, a_bufs.index(s))
-            else:
-                _tma_load(a_desc, [off_m, k], bar, a_bufs.index(s))
-            if B_T:
-                _tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
-            else:
-                _tma_load(b_desc, [k, off_n], bar, b_bufs.index(s))
-            it += 1
-
-
-@gluon.jit
-def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, off_m, off_n, M, N, alpha, beta, layout: gl.constexpr,
-              BM: gl.constexpr, BN: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
-              EPI_SPLIT: gl.constexpr):
-    """alpha * out (+ beta * C), through c_smem and a TMA store left in flight."""
-    if not ALPHA_ONE:
-        out = out * alpha
-    if HAS_BETA:
-        offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-        offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        old = gl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], mask=mask, other=0.0)
-        out = out + beta * old.to(gl.float32)
-    if EPI_SPLIT == 1:
-        tma.store_wait(pendings=0)      # the previous tile's store has read c_smem
-        c_smem.store(out.to(c_desc.dtype))
-        fence_async_shared()
-        _tma_store(c_desc, [off_m, off_n], c_smem)
-    else:   # two halves along N through a half-size staging tile
-        halves = out.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()
-        for h in gl.static_range(2):
-            tma.store_wait(pendings=0)
-            c_smem.store(halves[h].to(c_desc.dtype))
-            fence_async_shared()
-            _tma_store(c_desc, [off_m, off_n + h * (BN // 2)], c_smem)
-
-
-@gluon.jit
-def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, ws_ptr, cnt_ptr, M, N, K, alpha, beta,
-              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-              A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
-              HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr,
-              NUM_WARPS: gl.constexpr):
-    layout: gl.constexpr = _acc_layout(a_bufs.dtype, BN, NUM_WARPS)
-    num_pid_m = gl.cdiv(M, BM)
-    num_pid_n = gl.cdiv(N, BN)
-    k_tiles = gl.cdiv(K, BK)
-    it = 0
-    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
-        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
-        acc = gl.zeros((BM, BN), dtype=gl.float32, layout=layout)
-        for ki in range(k_lo, k_hi):
-            s = it % STAGES
-            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            a = a_bufs.index(s)
-            if A_T:
-                a = a.permute((1, 0))
-            b = b_bufs.index(s)
-            if B_T:
-                b = b.permute((1, 0))
-            acc = warpgroup_mma(a, b, acc, is_async=True)
-            # one wgmma stays in flight: the one before it is done, so its stage goes back
-            acc = warpgroup_mma_wait(1, deps=(acc,))
-            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
-            it += 1
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi > k_lo)
-
-        if SPLIT_K == 1:
-            _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, pid_m * BM, pid_n * BN, M, N, alpha, beta, layout,
-                      BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT)
-        else:
-            # split-K in one kernel: every unit leaves its fp32 partial in the workspace and counts
-            # itself in on the tile's counter; the last to arrive adds the others' partials, resets
-            # the counter for the next launch and runs the epilogue
-            rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-            cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-            offs = rows[:, None] * BN + cols[None, :]
-            gl.store(ws_ptr + unit.to(gl.int64) * (BM * BN) + offs, acc)
-            _cta_barrier()
-            arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-            if arrived == SPLIT_K - 1:
-                for j in gl.static_range(SPLIT_K):
-                    other = tile * SPLIT_K + j
-                    if other != unit:
-                        acc += gl.load(ws_ptr + other.to(gl.int64) * (BM * BN) + offs, cache_modifier=".cg")
-                gl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
-                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, pid_m * BM, pid_n * BN, M, N, alpha, beta,
-                          layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT)
-    tma.store_wait(pendings=0)
-
-
-@gluon.jit
-def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, ws_ptr, cnt_ptr, M, N, K, alpha, beta,
-                    STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr,
-                    NUM_SMS: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
-                    EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, LOADER_REGS: gl.constexpr,
-                    num_warps: gl.constexpr):
-    BM: gl.constexpr = c_desc.block_type.shape[0]
-    BN: gl.constexpr = c_desc.block_type.shape[1] * EPI_SPLIT
-    BK: gl.constexpr = b_desc.block_type.shape[1] if B_T else b_desc.block_type.shape[0]
-    dtype: gl.constexpr = a_desc.dtype
-    a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
-    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-
-    gl.warp_specialize([
-        (_consumer, (c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, ws_ptr, cnt_ptr,
-                     M, N, K, alpha, beta, BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS,
-                     HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, num_warps)),
-        (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
-                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K)),
-    ], [1], [LOADER_REGS])
-
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-        mbarrier.invalidate(empty.index(i))
-
-
-# -- host side -----------------------------------------------------------------------------------
 
 def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1) -> dict:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "EPI_SPLIT": epi, "SPLIT_K": split,
@@ -297,9 +122,13 @@ def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int 
 
 def _order(t):
     """'n' (unit stride along the last dim), 't' (along the first) or None (neither)."""
-    if t.stride(1) == 1 and (t.shape[0] == 1 or t.stride(0) >= t.shape[1]):
+    return _order_of(t.shape, t.stride())
+
+
+def _order_of(shape, st):
+    if st[1] == 1 and (shape[0] == 1 or st[0] >= shape[1]):
         return "n"
-    if t.stride(0) == 1 and (t.shape[1] == 1 or t.stride(1) >= t.shape[0]):
+    if st[0] == 1 and (shape[1] == 1 or st[1] >= shape[0]):
         return "t"
     return None
 
@@ -337,21 +166,6 @@ def applicable(a, b, c, precision, alpha=1.0, beta=0.0) -> bool:
     return why_not(a, b, c, precision, alpha, beta) is None
 
 
-@functools.lru_cache(maxsize=None)
-def _is_hopper() -> bool:
-    import torch
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
-@functools.lru_cache(maxsize=None)
-def _num_sms() -> int:
-    import torch
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-
-
-_GL = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16, "torch.float32": gl.float32}
-
-
 def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     """What the launch builds (no GPU needed): the tensors the descriptors cover, their block
     shapes, the transposition flags, the grid and the split-K scratch sizes (elements). A
@@ -372,38 +186,196 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     }
 
 
-def _descriptor(t, block):
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-    layout = gl.NVMMASharedLayout.get_default_for(block, _GL[str(t.dtype)])
-    return TensorDescriptor.from_tensor(t, block, layout)
-
-
-_COUNTERS: dict = {}    # device -> int32 arrival counters (zero between launches: the last arrival resets)
-
-
-def _scratch(plan, device):
-    """(fp32 workspace, int32 counters) of a split-K launch; 1-element stand-ins otherwise."""
+@functools.lru_cache(maxsize=None)
+def _is_hopper() -> bool:
     import torch
-    n = max(plan["counters"], 1)
-    cnt = _COUNTERS.get(device)
-    if cnt is None or cnt.numel() < n:
-        cnt = _COUNTERS[device] = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
-    return torch.empty(max(plan["workspace"], 1), dtype=torch.float32, device=device), cnt
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 
 
-def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
-    """Enqueue c = alpha * a @ b + beta * c on torch's current stream (no host sync). A partial
-    ``config`` is completed from ``heuristic``'s."""
+@functools.lru_cache(maxsize=None)
+def _num_sms() -> int:
+    import torch
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+# -- launching ------------------------------------------------------------------------------------
+
+_pick = functools.lru_cache(maxsize=4096)(heuristic)    # launch's no-timing pick (a shared dict: read only)
+_FULL = frozenset(_c(0, 0, 0, 0, 0))
+_kernel_module = None
+
+
+def _kernel():
+    """gluon_kernel (the device code), imported on first use."""
+    global _kernel_module
+    if _kernel_module is None:
+        from . import gluon_kernel
+        _kernel_module = gluon_kernel
+    return _kernel_module
+
+
+def _int_key(v: int) -> int:
+    """What Triton specialises an integer parameter on: 64-bit, == 1, divisible by 16."""
+    return (0 if -2 ** 31 <= v < 2 ** 31 else 4) + (1 if v == 1 else (2 if v % 16 == 0 else 0))
+
+
+def _check_epilogue(bias, bias_mode, act, M: int, N: int, c) -> None:
+    if act not in ACTS:
+        raise TiledmmError(f"gluon-ws: activation {act!r} is not one of {list(ACTS)}")
+    if bias_mode not in (0, 1, 2):
+        raise TiledmmError(f"gluon-ws: bias_mode {bias_mode!r} is not 0 (none), 1 (per column) or 2 (per row)")
+    if bias_mode:
+        want = N if bias_mode == 1 else M
+        if bias is None or bias.dim() != 1 or bias.shape[0] != want or \
+                str(bias.dtype) not in (str(c.dtype), "torch.float32") or bias.device != c.device:
+            got = "None" if bias is None else f"shape {tuple(bias.shape)} {bias.dtype} on {bias.device}"
+            raise TiledmmError(f"gluon-ws: bias_mode {bias_mode} needs a 1-D bias of {want} elements, "
+                               f"{c.dtype} or float32, on {c.device}; got {got}")
+
+
+_SCRATCH: dict = {}     # device index -> (1-element fp32 stand-in workspace, int32 arrival counters)
+_scratch_lock = threading.Lock()
+
+
+def _scratch(dev: int, counters: int, workspace: int):
+    """(fp32 workspace, int32 arrival counters) on device ``dev``. The counters are kept per device
+    (zero between launches: the last arrival resets them); the workspace is a fresh tensor for
+    split-K (``workspace`` elements) and a kept 1-element stand-in otherwise (never read)."""
+    import torch
+    kept = _SCRATCH.get(dev)
+    if kept is None or kept[1].numel() < counters:
+        with _scratch_lock:
+            kept = _SCRATCH.get(dev)
+            if kept is None or kept[1].numel() < counters:
+                where = torch.device("cuda", dev)
+                kept = _SCRATCH[dev] = (torch.empty(1, dtype=torch.float32, device=where),
+                                        torch.zeros(max(counters, 1024), dtype=torch.int32, device=where))
+    if workspace:
+        return torch.empty(workspace, dtype=torch.float32, device=kept[1].device), kept[1]
+    return kept
+
+
+def _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act):
+    """Gluon's own launch (compiles on first use): (CompiledKernel, the three descriptors)."""
+    kmod = _kernel()
+    plan = descriptor_plan(a, b, c, config, sms)
+    descs = [kmod.descriptor(*plan[x]) for x in "abc"]
+    ws, cnt = _scratch(dev, plan["counters"], plan["workspace"])
+    ck = kmod.gluon_ws_kernel[(plan["grid"],)](
+        *descs, c, c.stride(0), bias, sbias, ws, cnt, M, N, K, alpha, beta,
+        STAGES=config["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=config["GROUP_M"],
+        NUM_SMS=sms, HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0, EPI_SPLIT=config.get("EPI_SPLIT", 1),
+        SPLIT_K=plan["split"], LOADER_REGS=LOADER_REGS, BIAS=bias_mode, ACT=act, num_warps=config["num_warps"])
+    return ck, descs
+
+
+MAX_DESCS = 1024        # expanded descriptors kept (then the cache starts again)
+_descs: dict = {}       # (tensor-map metadata, pointer, shape, strides) -> the C launch's arguments
+_bound: dict = {}       # specialisation -> _Bound, or _PUBLIC (Gluon's launcher for good)
+_PUBLIC = "public"
+_bind_lock = threading.Lock()
+_warned = False
+
+
+class _Bound:
+    """One specialisation's CompiledKernel, launched through its C launch: the descriptors'
+    arguments from ``_descs``, sizes, pointers and the grid from the call. Immutable."""
+
+    def __init__(self, td, config: dict, sms: int, a_t: bool, b_t: bool, tail: tuple):
+        self.launch, self.coop, self.pdl, self.expand = td.launch, td.cooperative, td.pdl, td.expand
+        self.function, self.packed = td.function, td.packed
+        self.bm, self.bn, self.split = config["BLOCK_M"], config["BLOCK_N"], config.get("SPLIT_K", 1)
+        self.sms, self.a_t, self.b_t, self.tail = sms, a_t, b_t, tail
+        self.mkeys = [repr(sorted(m.items())) for m in td.metadata]   # one tensor-map kind per descriptor
+
+    def desc(self, i: int, ptr: int, shape: tuple, strides: tuple, dev: int) -> tuple:
+        global _descs
+        key = (self.mkeys[i], ptr, shape, strides)
+        hit = _descs.get(key)
+        if hit is None:
+            try:
+                hit = tuple(self.expand(i, ptr, shape, strides))
+            except RuntimeError:        # a thread new to CUDA: no current context to fill a tensor map in
+                if not _adapter.ensure_context(dev):
+                    raise
+                hit = tuple(self.expand(i, ptr, shape, strides))
+            cache = _descs
+            if len(cache) >= MAX_DESCS:
+                cache = _descs = {}
+            cache[key] = hit
+        return hit
+
+    def __call__(self, a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev) -> None:
+        ea = self.desc(0, a.data_ptr(), (K, M) if self.a_t else (M, K), (sa[1] if self.a_t else sa[0], 1), dev)
+        eb = self.desc(1, b.data_ptr(), (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1), dev)
+        pc = c.data_ptr()
+        ec = self.desc(2, pc, (M, N), (sc[0], 1), dev)
+        tiles = cdiv(M, self.bm) * cdiv(N, self.bn)
+        ws, cnt = _scratch(dev, tiles, tiles * self.split * self.bm * self.bn) if self.split > 1 else _SCRATCH[dev]
+        self.launch(min(self.sms, tiles * self.split), 1, 1, current_stream(), self.function, self.coop, self.pdl,
+                    None, None, self.packed, None, None, None, *ea, *eb, *ec, pc, sc[0], bias.data_ptr(), sbias,
+                    ws.data_ptr(), cnt.data_ptr(), M, N, K, alpha, beta, *self.tail)
+
+
+def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: tuple) -> None:
+    """Remember how later calls of ``spec`` launch: a _Bound where the adapter gives the C launch
+    and the compiled signature is the kernel's, else _PUBLIC (one warning where direct launches
+    are on but this kernel's launcher is not the known one). Nothing while undecided (a capture)."""
+    global _warned
+    kmod = _kernel()
+    td = _adapter.tensordesc_launch(ck, descs) if ck is not None else None
+    if td is not None:
+        if td.params == kmod.RUNTIME + kmod.CONSTEXPRS:
+            has_beta, alpha_one, bias_mode, act = flags      # the constexprs (passed, not read, by the C launch)
+            tail = (config["num_stages"], a_t, b_t, config["GROUP_M"], sms, has_beta, alpha_one,
+                    config.get("EPI_SPLIT", 1), config.get("SPLIT_K", 1), LOADER_REGS, bias_mode, act,
+                    config["num_warps"])
+            _bound[spec] = _Bound(td, config, sms, a_t, b_t, tail)
+            return
+    if not _adapter.decided():
+        return
+    if _adapter.triton_direct() and not _warned:
+        _warned = True
+        warnings.warn("tiledmm: the Gluon kernel's launcher is not the one checked (Triton "
+                      f"{'/'.join(_adapter.TRITON_CHECKED)}); gluon-ws launches through kernel[grid](...) "
+                      "(correct, ~100 us of host time a call)", RuntimeWarning, stacklevel=4)
+    _bound[spec] = _PUBLIC
+
+
+def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, bias_mode=0, act="none") -> None:
+    """Enqueue c = act(alpha * a @ b + beta * c + bias) on torch's current stream (no host sync).
+    A partial ``config`` is completed from ``heuristic``'s; ``bias_mode`` 1: ``bias`` has one value
+    per column (N), 2: one per row (M); ``act`` one of ``ACTS``."""
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    if not config or not set(_c(0, 0, 0, 0, 0)) <= set(config):
-        config = {**heuristic(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size()), **(config or {})}
-    plan = descriptor_plan(a, b, c, config, sms)
-    ws, cnt = _scratch(plan, c.device)
-    gluon_ws_kernel[(plan["grid"],)](
-        _descriptor(*plan["a"]), _descriptor(*plan["b"]), _descriptor(*plan["c"]), c, c.stride(0), ws, cnt,
-        M, N, K, float(alpha), float(beta),
-        STAGES=config["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=config["GROUP_M"],
-        NUM_SMS=sms, HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0, EPI_SPLIT=config.get("EPI_SPLIT", 1),
-        SPLIT_K=plan["split"], LOADER_REGS=LOADER_REGS, num_warps=config["num_warps"])
+    if not config or not _FULL <= config.keys():
+        config = {**_pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size()), **(config or {})}
+    if bias_mode or act != "none":
+        _check_epilogue(bias, bias_mode, act, M, N, c)
+    alpha, beta = float(alpha), float(beta)
+    sa, sb, sc = a.stride(), b.stride(), c.stride()
+    a_t, b_t = _order_of(a.shape, sa) == "t", _order_of(b.shape, sb) == "t"
+    if not bias_mode:
+        bias, sbias = c, 0          # never read: C stands in for the pointer
+    else:
+        sbias = bias.stride(0)
+    dev = c.get_device()
+    spec = (tuple(config.items()), a.dtype, c.dtype, bias.dtype, bias.data_ptr() % 16 == 0, bias_mode, act,
+            beta != 0.0, alpha == 1.0, a_t, b_t, _int_key(sc[0]), _int_key(sbias), max(M, N, K) >= 2 ** 31, dev, sms)
+    bound = _bound.get(spec)
+    if bound is None:
+        with _bind_lock:        # one thread compiles and binds a specialisation; the others wait
+            bound = _bound.get(spec)
+            if bound is None:
+                ck, descs = _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
+                _bind(spec, ck, descs, config, sms, a_t, b_t, (beta != 0.0, alpha == 1.0, bias_mode, act))
+                return
+    if bound is _PUBLIC:
+        _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
+        return
+    try:
+        bound(a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev)
+    except (TypeError, AttributeError, SystemError):   # a launcher of another shape: Gluon's, for good
+        _bound[spec] = _PUBLIC
+        _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)

@@ -1,0 +1,243 @@
+"""The device code of variant 'gluon-ws' (``gluon_gemm.py`` is its host side and says how it works).
+
+Imported by ``gluon_gemm`` on the first launch only: importing ``triton.experimental.gluon`` costs
+about 0.12 s, which a process that never launches this kernel should not pay.
+
+``gluon_ws_kernel``: a persistent, warp-specialised Hopper GEMM (a 1-warp TMA loader partition,
+one or two consumer warpgroups issuing async wgmma), split-K in one kernel, and the fused
+epilogue ``act(alpha * acc + beta * C + bias)`` in fp32 (``BIAS`` 0 none, 1 one value per
+column, 2 one per row; ``ACT`` as ``kernels._activation``), stored through shared memory by TMA.
+"""
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+# the TMA copies' names: async_load/async_store from Triton 3.7 on, the older names in 3.6 (the GPU image)
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+_cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier     # 3.6's name, later gl.barrier
+_GL = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16, "torch.float32": gl.float32}
+
+# the kernel's parameters in order (gluon_gemm's direct launch builds its argument list by them)
+RUNTIME = ("a_desc", "b_desc", "c_desc", "c_ptr", "stride_cm", "bias_ptr", "stride_bias", "ws_ptr", "cnt_ptr",
+           "M", "N", "K", "alpha", "beta")
+CONSTEXPRS = ("STAGES", "A_T", "B_T", "GROUP_M", "NUM_SMS", "HAS_BETA", "ALPHA_ONE", "EPI_SPLIT", "SPLIT_K",
+              "LOADER_REGS", "BIAS", "ACT", "num_warps")
+
+
+def descriptor(t, block):
+    """Gluon's host TMA descriptor of the 2-D row-major tensor ``t`` (its default NVMMA layout)."""
+    layout = gl.NVMMASharedLayout.get_default_for(block, _GL[str(t.dtype)])
+    return TensorDescriptor.from_tensor(t, block, layout)
+
+
+@gluon.constexpr_function
+def _acc_layout(dtype, BN, num_warps):
+    """wgmma accumulator layout: warpgroups stacked along M (64 rows each for 8 warps),
+    one instruction per warpgroup and K-step (n = BN <= 256, k = 32 bytes of operand)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                     instr_shape=[16, BN, 256 // dtype.primitive_bitwidth])
+
+
+@gluon.jit
+def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+    per_group = GROUP_M * num_pid_n
+    group = tile // per_group
+    first_m = group * GROUP_M
+    rows = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % per_group) % rows
+    pid_n = (tile % per_group) // rows
+    return pid_m, pid_n
+
+
+@gluon.jit
+def _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
+    """Work unit -> (tile, pid_m, pid_n, first K-step, end K-step): SPLIT_K units per tile, adjacent."""
+    tile = unit // SPLIT_K
+    k_per = gl.cdiv(k_tiles, SPLIT_K)
+    k_lo = (unit % SPLIT_K) * k_per
+    k_hi = min(k_lo + k_per, k_tiles)
+    pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
+    return tile, pid_m, pid_n, k_lo, k_hi
+
+
+@gluon.jit
+def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+            BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+            A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
+            SPLIT_K: gl.constexpr):
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    k_tiles = gl.cdiv(K, BK)
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    it = 0
+    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
+        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        for ki in range(k_lo, k_hi):
+            s = it % STAGES
+            # a fresh barrier passes a wait on parity 1: the first lap needs no consumer
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            k = ki * BK
+            if A_T:
+                _tma_load(a_desc, [k, off_m], bar, a_bufs.index(s))
+            else:
+                _tma_load(a_desc, [off_m, k], bar, a_bufs.index(s))
+            if B_T:
+                _tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
+            else:
+                _tma_load(b_desc, [k, off_n], bar, b_bufs.index(s))
+            it += 1
+
+
+@gluon.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + gl.exp(-x))      # tl.sigmoid's formula
+
+
+@gluon.jit
+def _activation(x, ACT: gl.constexpr):
+    """kernels._activation's formulas, in fp32: relu, gelu (erf), gelu_tanh (as x * sigmoid(2u),
+    u = sqrt(2/pi) (x + 0.044715 x^3)), silu."""
+    if ACT == "relu":
+        x = gl.maximum(x, 0.0)
+    elif ACT == "gelu":
+        x = 0.5 * x * (1.0 + gl.erf(x * 0.7071067811865476))
+    elif ACT == "gelu_tanh":
+        x = x * _sigmoid(1.5957691216057308 * (x + 0.044715 * x * x * x))
+    elif ACT == "silu":
+        x = x * _sigmoid(x)
+    return x
+
+
+@gluon.jit
+def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_m, off_n, M, N, alpha, beta,
+              layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, HAS_BETA: gl.constexpr,
+              ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr):
+    """act(alpha * out (+ beta * C) (+ bias)) in fp32, through c_smem and a TMA store left in flight.
+    C and the bias are read with masked loads (beta == 0: C is never read)."""
+    if not ALPHA_ONE:
+        out = out * alpha
+    offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+    if HAS_BETA:
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        old = gl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], mask=mask, other=0.0)
+        out = out + beta * old.to(gl.float32)
+    if BIAS == 1:     # one value per column
+        col = gl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
+        out = out + col.to(gl.float32)[None, :]
+    elif BIAS == 2:   # one value per row
+        row = gl.load(bias_ptr + offs_m * stride_bias, mask=offs_m < M, other=0.0)
+        out = out + row.to(gl.float32)[:, None]
+    out = _activation(out, ACT)
+    if EPI_SPLIT == 1:
+        tma.store_wait(pendings=0)      # the previous tile's store has read c_smem
+        c_smem.store(out.to(c_desc.dtype))
+        fence_async_shared()
+        _tma_store(c_desc, [off_m, off_n], c_smem)
+    else:   # two halves along N through a half-size staging tile
+        halves = out.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()
+        for h in gl.static_range(2):
+            tma.store_wait(pendings=0)
+            c_smem.store(halves[h].to(c_desc.dtype))
+            fence_async_shared()
+            _tma_store(c_desc, [off_m, off_n + h * (BN // 2)], c_smem)
+
+
+@gluon.jit
+def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bias_ptr, stride_bias, ws_ptr, cnt_ptr,
+              M, N, K, alpha, beta,
+              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+              A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
+              HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr,
+              BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr):
+    layout: gl.constexpr = _acc_layout(a_bufs.dtype, BN, NUM_WARPS)
+    num_pid_m = gl.cdiv(M, BM)
+    num_pid_n = gl.cdiv(N, BN)
+    k_tiles = gl.cdiv(K, BK)
+    it = 0
+    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
+        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
+        acc = gl.zeros((BM, BN), dtype=gl.float32, layout=layout)
+        for ki in range(k_lo, k_hi):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            a = a_bufs.index(s)
+            if A_T:
+                a = a.permute((1, 0))
+            b = b_bufs.index(s)
+            if B_T:
+                b = b.permute((1, 0))
+            acc = warpgroup_mma(a, b, acc, is_async=True)
+            # one wgmma stays in flight: the one before it is done, so its stage goes back
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
+            it += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi > k_lo)
+
+        if SPLIT_K == 1:
+            _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN, M, N,
+                      alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT)
+        else:
+            # split-K in one kernel: every unit leaves its fp32 partial in the workspace and counts
+            # itself in on the tile's counter; the last to arrive adds the others' partials, resets
+            # the counter for the next launch and runs the epilogue
+            rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+            cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+            offs = rows[:, None] * BN + cols[None, :]
+            gl.store(ws_ptr + unit.to(gl.int64) * (BM * BN) + offs, acc)
+            _cta_barrier()
+            arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if arrived == SPLIT_K - 1:
+                for j in gl.static_range(SPLIT_K):
+                    other = tile * SPLIT_K + j
+                    if other != unit:
+                        acc += gl.load(ws_ptr + other.to(gl.int64) * (BM * BN) + offs, cache_modifier=".cg")
+                gl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
+                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN,
+                          M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT)
+    tma.store_wait(pendings=0)
+
+
+# M, N and K are not specialised (== 1, % 16): they feed no vector access here (the copy engine
+# reads the operands), so one compiled kernel serves every size of a config
+@gluon.jit(do_not_specialize=["M", "N", "K"])
+def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_bias, ws_ptr, cnt_ptr, M, N, K,
+                    alpha, beta,
+                    STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr,
+                    NUM_SMS: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
+                    EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, LOADER_REGS: gl.constexpr,
+                    BIAS: gl.constexpr, ACT: gl.constexpr, num_warps: gl.constexpr):
+    BM: gl.constexpr = c_desc.block_type.shape[0]
+    BN: gl.constexpr = c_desc.block_type.shape[1] * EPI_SPLIT
+    BK: gl.constexpr = b_desc.block_type.shape[1] if B_T else b_desc.block_type.shape[0]
+    dtype: gl.constexpr = a_desc.dtype
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+
+    gl.warp_specialize([
+        (_consumer, (c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bias_ptr, stride_bias,
+                     ws_ptr, cnt_ptr, M, N, K, alpha, beta, BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS,
+                     HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, BIAS, ACT, num_warps)),
+        (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K)),
+    ], [1], [LOADER_REGS])
+
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))

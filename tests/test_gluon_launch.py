@@ -1,0 +1,249 @@
+"""gluon_gemm's launch path on the CPU (issue 24): the lazy import of the device code, and the
+bound launch -- the first call of a specialisation through Gluon's launcher, later calls through its
+C launch with tensor maps kept per (pointer, shape, strides) -- with Gluon's launcher and the
+adapter's ``tensordesc_launch`` replaced by recorders: what is keyed on what, the arguments the C
+launch gets, threads, bounded caches, refusals. On the GPU: tests/test_gluon.py."""
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+
+import pytest
+import torch
+
+from tiledmm.kernels.block import gluon_gemm as G
+
+BF16 = torch.bfloat16
+
+
+def _mats(M, N, K, dtype=BF16, a_t=False, b_t=False):
+    a = torch.randn((K, M) if a_t else (M, K)).to(dtype)
+    b = torch.randn((N, K) if b_t else (K, N)).to(dtype)
+    return (a.t() if a_t else a), (b.t() if b_t else b), torch.empty(M, N, dtype=dtype)
+
+
+def test_importing_the_variants_imports_no_gluon():
+    """The dispatcher's side (variants, gluon_gemm) without triton.experimental.gluon (~0.12 s)."""
+    code = ("import sys; import tiledmm.kernels.block.variants as V; from tiledmm.kernels.block import gluon_gemm as G; "
+            "G.heuristic(512, 4096, 4096, '16bit'); print(sorted(m for m in sys.modules if 'gluon' in m))")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))).stdout
+    mods = eval(out.strip().splitlines()[-1])
+    assert "tiledmm.kernels.block.gluon_gemm" in mods
+    assert not [m for m in mods if m.startswith("triton.experimental")] and "tiledmm.kernels.block.gluon_kernel" not in mods
+
+
+class _Fake:
+    """gluon_gemm.launch on CPU tensors: Gluon's own launch (``_public``) and the adapter's
+    ``tensordesc_launch`` replaced by recorders."""
+
+    def __init__(self, monkeypatch, direct=True, decided=True, params=None):
+        self.public, self.expanded, self.c = [], [], []
+        self.lock = threading.Lock()
+        kmod = G._kernel()
+
+        class CK:
+            pass
+
+        def public(a, b, c, M, N, K, config, *rest):
+            with self.lock:
+                self.public.append((M, N, K, dict(config)) + rest)
+            time.sleep(0.01)            # a compile: long enough for other threads to queue up
+            return CK(), ["da", "db", "dc"]
+
+        def expand(i, ptr, shape, strides):
+            with self.lock:
+                self.expanded.append((i, ptr, shape, strides))
+            return [("map", i, ptr), *shape, *strides]
+
+        def raw(*args):
+            with self.lock:
+                self.c.append(args)
+
+        metas = [{"swizzle": 128, "desc": i} for i in range(3)]
+        monkeypatch.setattr(G, "_public", public)
+        td = G._adapter.TensorDescLaunch(raw, False, False, "fn", "packed", expand, metas,
+                                         params or kmod.RUNTIME + kmod.CONSTEXPRS)
+        monkeypatch.setattr(G._adapter, "tensordesc_launch", lambda ck, descs: td if direct else None)
+        monkeypatch.setattr(G._adapter, "decided", lambda: decided)
+        monkeypatch.setattr(G, "_bound", {})
+        monkeypatch.setattr(G, "_descs", {})
+        monkeypatch.setattr(G, "_warned", False)
+        monkeypatch.setattr(G, "_num_sms", lambda: 132)
+        monkeypatch.setattr(G, "current_stream", lambda: 7)
+        monkeypatch.setattr(G, "_SCRATCH", {-1: (torch.zeros(1), torch.zeros(1024, dtype=torch.int32))})
+
+
+CFG = G._c(64, 128, 64, 4, 6)
+
+
+def test_repeat_calls_take_the_c_launch_with_kept_descriptors(monkeypatch):
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(300, 520, 264)
+    G.launch(a, b, c, precision="none", config=CFG)
+    assert len(f.public) == 1 and not f.c                 # the first call: Gluon's launch, then bound
+    G.launch(a, b, c, precision="none", config=CFG, alpha=1, beta=0)
+    assert len(f.public) == 1 and len(f.c) == 1 and len(f.expanded) == 3
+    args = f.c[0]
+    tiles = -(-300 // 64) * -(-520 // 128)
+    assert args[:13] == (min(132, tiles), 1, 1, 7, "fn", False, False, None, None, "packed", None, None, None)
+    da, db, dc = args[13:18], args[18:23], args[23:28]
+    assert da == (("map", 0, a.data_ptr()), 300, 264, 264, 1) and db == (("map", 1, b.data_ptr()), 264, 520, 520, 1)
+    assert dc == (("map", 2, c.data_ptr()), 300, 520, 520, 1)
+    ws, cnt = G._SCRATCH[-1]
+    assert args[28:39] == (c.data_ptr(), 520, c.data_ptr(), 0, ws.data_ptr(), cnt.data_ptr(), 300, 520, 264, 1.0, 0.0)
+    assert args[39:] == (6, False, False, 8, 132, False, True, 1, 1, G.LOADER_REGS, 0, "none", 4)
+    G.launch(a, b, c, precision="none", config=CFG)
+    assert len(f.expanded) == 3 and f.c[1] == f.c[0]      # same tensors: no descriptor filled again
+    a2 = a.clone()
+    G.launch(a2, b, c, precision="none", config=CFG)      # a new pointer: only A's descriptor is new
+    assert f.expanded[3:] == [(0, a2.data_ptr(), (300, 264), (264, 1))]
+    a3, _, c3 = _mats(77, 520, 264)                       # another M: the same compiled kernel
+    G.launch(a3, b, c3, precision="none", config=CFG)
+    assert len(f.public) == 1 and f.c[-1][0] == -(-77 // 64) * -(-520 // 128) and f.c[-1][34:37] == (77, 520, 264)
+
+
+def test_transposed_operands_are_described_by_their_transposes(monkeypatch):
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(300, 520, 264, a_t=True, b_t=True)
+    for _ in range(2):
+        G.launch(a, b, c, precision="none", config=CFG)
+    args = f.c[0]
+    assert args[13:18] == (("map", 0, a.data_ptr()), 264, 300, 300, 1)       # A^T: (K, M), row stride M
+    assert args[18:23] == (("map", 1, b.data_ptr()), 520, 264, 264, 1)       # B^T: (N, K)
+    assert args[39:42] == (6, True, True)
+
+
+def test_what_triton_compiles_separately_is_bound_separately(monkeypatch):
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(64, 128, 64)
+    bias32 = torch.zeros(128)
+    wide = torch.empty(64, 136, dtype=BF16)[:, :128]      # C's row stride 136: not a multiple of 16
+    calls = [dict(), dict(alpha=2.0), dict(beta=1.0), dict(bias=bias32, bias_mode=1),
+             dict(bias=bias32.to(BF16), bias_mode=1), dict(bias=torch.zeros(64), bias_mode=2), dict(act="gelu"),
+             dict(config=G._c(64, 64, 64, 4, 8)), dict(c=wide), dict(a=a.t().contiguous().t())]
+    for kw in calls:
+        kw = {"a": a, "b": b, "c": c, "config": CFG, **kw}
+        G.launch(kw.pop("a"), kw.pop("b"), kw.pop("c"), precision="none", **kw)
+    assert len(f.public) == len(calls) == len(G._bound) and not f.c
+    for kw in calls:                                      # each again (new values where not specialised)
+        kw = {"a": a, "b": b, "c": c, "config": CFG, **kw}
+        kw = {k: (v * 3 if k in ("alpha", "beta") else v) for k, v in kw.items()}
+        G.launch(kw.pop("a"), kw.pop("b"), kw.pop("c"), precision="none", **kw)
+    assert len(f.public) == len(calls) and len(f.c) == len(calls)
+    assert f.c[1][37] == 6.0 and f.c[2][38] == 3.0           # alpha, beta: the call's values
+
+
+def test_split_k_takes_a_fresh_workspace_and_the_counters(monkeypatch):
+    f = _Fake(monkeypatch)
+    cfg = G._c(64, 128, 64, 4, 6, split=4)
+    a, b, c = _mats(300, 520, 264)
+    for _ in range(2):
+        G.launch(a, b, c, precision="none", config=cfg)
+    tiles = -(-300 // 64) * -(-520 // 128)
+    args = f.c[0]
+    assert args[0] == min(132, tiles * 4) and args[33] == G._SCRATCH[-1][1].data_ptr()
+    assert args[32] != G._SCRATCH[-1][0].data_ptr() and args[47] == 4
+
+
+def test_an_undecided_adapter_binds_later_and_a_declining_one_never(monkeypatch):
+    f = _Fake(monkeypatch, direct=False, decided=False)     # a capture under way: not decided
+    a, b, c = _mats(64, 128, 64)
+    G.launch(a, b, c, precision="none", config=CFG)
+    assert G._bound == {}
+    f2 = _Fake(monkeypatch, direct=False, decided=True)
+    monkeypatch.setattr(G._adapter, "triton_direct", lambda: True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for cfg in (CFG, CFG, G._c(64, 64, 64, 4, 8)):
+            G.launch(a, b, c, precision="none", config=cfg)
+    assert len(f2.public) == 3 and not f2.c and set(G._bound.values()) == {G._PUBLIC}
+    assert len([w for w in caught if "Gluon kernel's launcher" in str(w.message)]) == 1
+
+
+def test_a_compiled_signature_not_the_kernels_keeps_gluons_launcher(monkeypatch):
+    f = _Fake(monkeypatch, params=("a_desc", "b_desc"))
+    monkeypatch.setattr(G._adapter, "triton_direct", lambda: True)
+    a, b, c = _mats(64, 128, 64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            G.launch(a, b, c, precision="none", config=CFG)
+    assert len(f.public) == 3 and not f.c and list(G._bound.values()) == [G._PUBLIC]
+    assert len([w for w in caught if "Gluon kernel's launcher" in str(w.message)]) == 1
+
+
+def test_descriptor_cache_is_bounded(monkeypatch):
+    f = _Fake(monkeypatch)
+    monkeypatch.setattr(G, "MAX_DESCS", 4)
+    b, c = _mats(64, 128, 64)[1:]
+    for _ in range(6):
+        a = torch.randn(64, 64).to(BF16)
+        G.launch(a, b, c, precision="none", config=CFG)
+        G.launch(a, b, c, precision="none", config=CFG)
+    assert len(G._descs) <= 4 and len(f.c) == 11
+
+
+def test_threads_compile_once_and_share_the_bound_launch(monkeypatch):
+    f = _Fake(monkeypatch)
+    b, c = _mats(64, 128, 64)[1:]
+    ops = [torch.randn(64, 64).to(BF16) for _ in range(8)]
+    start = threading.Barrier(8)
+
+    def work(a):
+        start.wait()
+        for _ in range(5):
+            G.launch(a, b, c, precision="none", config=CFG)
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in ops]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(f.public) == 1 and len(f.c) == 39 and len(G._bound) == 1
+    assert {args[13][2] for args in f.c} == {a.data_ptr() for a in ops}
+
+
+def test_a_thread_without_a_cuda_context_gets_one_then_fills_the_map(monkeypatch):
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(64, 128, 64)
+    G.launch(a, b, c, precision="none", config=CFG)
+    bound = G._bound[next(iter(G._bound))]
+    fills = []
+
+    def expand(i, ptr, shape, strides):
+        fills.append(i)
+        if len(fills) == 1:
+            raise RuntimeError("Triton Error [CUDA]: Failed to create tensor map descriptor: invalid device context")
+        return [("map", i, ptr), *shape, *strides]
+
+    monkeypatch.setattr(bound, "expand", expand)
+    made = []
+    monkeypatch.setattr(G._adapter, "ensure_context", lambda dev: made.append(dev) or True)
+    G.launch(a, b, c, precision="none", config=CFG)
+    assert made == [-1] and fills == [0, 0, 1, 2] and len(f.c) == 1
+    monkeypatch.setattr(G, "_descs", {})
+    fills.clear()
+    monkeypatch.setattr(G._adapter, "ensure_context", lambda dev: False)    # a context was there: the error stands
+    with pytest.raises(RuntimeError, match="tensor map"):
+        G.launch(a, b, c, precision="none", config=CFG)
+
+
+@pytest.mark.parametrize("kw, expect", [
+    (dict(act="tanh"), "activation 'tanh'"),
+    (dict(bias_mode=3), "bias_mode 3"),
+    (dict(bias_mode=1), "got None"),
+    (dict(bias=torch.zeros(64), bias_mode=1), "128 elements"),
+    (dict(bias=torch.zeros(128, dtype=torch.float64), bias_mode=1), "torch.float64"),
+    (dict(bias=torch.zeros(2, 64), bias_mode=2), "shape (2, 64)"),
+])
+def test_bad_epilogue_is_a_one_line_error(monkeypatch, kw, expect):
+    import tiledmm
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(64, 128, 64)
+    with pytest.raises(tiledmm.TiledmmError, match="gluon-ws") as e:
+        G.launch(a, b, c, precision="none", config=CFG, **kw)
+    assert expect in str(e.value) and "\n" not in str(e.value) and not f.public
