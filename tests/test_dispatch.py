@@ -164,7 +164,7 @@ def test_short_path_binds_launches_and_stays_right_as_pointers_change(dtype, tol
     precision = "ieee" if dtype == torch.float32 else "none"
     cfg = _model_config(v, precision, M, N, K, torch.empty(0, dtype=dtype).element_size())
     real = bm.resolved                   # the forced variant where it applies (the misaligned and
-    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(v, p, cfg)   # others
+    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be, *passes: bm._bind(v, p, cfg)   # others
                         if v.applicable(a, b, c, p, al, be) else real(a, b, c, p, al, be))  # below)
     for step in range(6):               # new tensors every call: only the pointers change
         a = torch.randn(M, K, device="cuda", dtype=dtype)
@@ -195,7 +195,7 @@ def test_short_path_for_cupy_and_numba_is_right_and_on_the_callers_stream(varian
     M, K, N = (130, 96, 200) if variant else (131, 96, 200)
     if variant:                            # a variant that binds (the model's pick may not)
         cfg = _model_config(V.BLOCKED, "ieee", M, N, K, 4)
-        monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(V.BLOCKED, p, cfg))
+        monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be, *passes: bm._bind(V.BLOCKED, p, cfg))
     for _ in range(4):
         ta, tb = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
         ref = ta.double() @ tb.double()
@@ -228,7 +228,7 @@ def test_numba_short_path_outputs_come_from_torchs_allocator_and_own_it(monkeypa
     from tiledmm.kernels.block import matmul as bm, variants as V
     M, K, N = 130, 96, 200
     cfg = _model_config(V.BLOCKED, "ieee", M, N, K, 4)
-    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(V.BLOCKED, p, cfg))
+    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be, *passes: bm._bind(V.BLOCKED, p, cfg))
     keep = []
     for _ in range(6):
         ta, tb = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
@@ -277,7 +277,7 @@ def test_short_path_binds_launch_sequences_with_their_workspace(variant, dtype, 
     prec = bm.check_precision(str(dtype).replace("torch.", ""), precision)
     cfg = None if variant == "splitk" else _model_config(v, prec, M, N, K, torch.empty(0, dtype=dtype).element_size())
     real = bm.resolved
-    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be: bm._bind(v, p, cfg)
+    monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be, *passes: bm._bind(v, p, cfg)
                         if v.applicable(a, b, c, p, al, be) else real(a, b, c, p, al, be))
     for step in range(6):
         a = torch.randn(M, K, device="cuda", dtype=dtype)

@@ -117,7 +117,7 @@ def test_a_new_m_of_a_seen_class_takes_the_short_path_without_the_dispatcher(sta
     calls, compiled = standin
     resolutions = []
 
-    def resolved(a, b, c, precision, alpha, beta):
+    def resolved(a, b, c, precision, alpha, beta, passes=0):
         resolutions.append(a.shape)
         return _variant(V._blocked_launch)
     monkeypatch.setattr(bm, "resolved", resolved)

@@ -251,7 +251,7 @@ def test_ops_run_bias_and_activation_in_the_tma_epilogue(monkeypatch):
         seen.append({k: kw.get(k) for k in ("bias_mode", "act")})
         T.launch(a, b, c, **kw)
     tma = V.Variant("tma-spy", V.TMA.applicable, V.TMA.configs, launch, True, epilogue=True)
-    monkeypatch.setattr(BM, "resolved", lambda a, b, c, p, al, be: BM._bind(tma, p, _tiny(2)))
+    monkeypatch.setattr(BM, "resolved", lambda a, b, c, p, al, be, *passes: BM._bind(tma, p, _tiny(2)))
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(2, 19, 40, generator=gen, dtype=torch.float64)
     w = torch.randn(72, 40, generator=gen, dtype=torch.float64)
@@ -272,7 +272,7 @@ def test_ops_without_the_epilogue_flag_apply_bias_in_torch(monkeypatch):
     plain = V.Variant("plain", V.BLOCKED.applicable, V.BLOCKED.configs,
                       lambda a, b, c, *, precision, alpha, beta, config: V.BLOCKED.launch(
                           a, b, c, precision=precision, alpha=alpha, beta=beta, config=config), True)
-    monkeypatch.setattr(BM, "resolved", lambda a, b, c, p, al, be: BM._bind(plain, p, C.EMULATION))
+    monkeypatch.setattr(BM, "resolved", lambda a, b, c, p, al, be, *passes: BM._bind(plain, p, C.EMULATION))
     from tiledmm.nn.functional import linear
     x, w, bias = torch.randn(9, 16, device=DEV), torch.randn(24, 16, device=DEV), torch.randn(24, device=DEV)
     y = linear(x, w, bias, "silu")

@@ -134,8 +134,8 @@ def gemm(a, b, c, bias, alpha: float, beta: float, bias_dim: int, act: str, kern
 
 def _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision) -> bool:
     """The whole call in one Triton kernel's epilogue, where the dispatcher's pick for this call is
-    a variant whose launch takes the fused epilogue (``Variant.epilogue``: the blocked and the
-    persistent TMA kernels; a plain product: whatever it picks); False (nothing done) where it
+    a variant whose launch takes the fused epilogue (``Variant.epilogue``: the blocked, the
+    persistent TMA and the Gluon kernels; a plain product: whatever it picks); False (nothing done) where it
     cannot be: other dtypes or devices, 1-D operands, batches the kernel does not take, a pick
     without the epilogue and a bias or an activation to apply."""
     if str(a.dtype) not in _FUSED_DTYPES or a.device.type != ("cpu" if _backend.emulating() else "cuda") \
@@ -164,6 +164,9 @@ def _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision) -> bool:
             fn(A, B, C, alpha=alpha, beta=beta)
             return True
         return False
+    import torch
+    if bias is not None and bias.dtype not in (C.dtype, torch.float32):
+        bias = bias.float()         # the kernels read a bias of C's dtype or float32 (gluon-ws: only those)
     fn(A, B, C, alpha=alpha, beta=beta, bias=bias, bias_mode=BIAS_ALONG[bias_dim] if bias is not None else 0,
        act=act)
     return True

@@ -66,7 +66,8 @@ class Traits:
     host_us: its host time a call where repeat calls are not one bound launch (the short
         path binds only FastKernel launches): a floor under the call's time, as the tuner's
         max(GPU, host) is. H100 probe: an unbound blocked launch 48 us, tma-copy 200 us,
-        gluon-ws 95-153 us."""
+        gluon-ws 25-27 us through the plan
+        (its own bound C launch, session 8; 95-153 us before)."""
     persistent: bool = False
     tma_store: bool = False
     split: Callable[..., tuple] | None = None

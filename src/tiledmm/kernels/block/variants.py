@@ -206,10 +206,12 @@ def from_module(mod) -> Variant:
 
 
 # -- the warp-specialised Gluon kernel (Hopper, gluon_gemm.py) --------------------------------------
-# Not replayable: each call goes through Gluon's JIT launcher and builds three descriptors (95-153 us of
-# host time, docs/measurements/session7_gluon_kernel_h100.log run C); its host floor is the worst of those in the model's
-# units (the model's GPU times assume the tensor cores' peak; the kernels reach ~0.79 of it: 153 x 0.79
-# = 120): small and mid-sized products stay on bound launches (512x14336x4096: ~90 us of GPU). Never in
+# Not replayable by fastlaunch (its launches are not FastKernel's): repeat calls are bound by gluon_gemm
+# itself (the compiled kernel's C launch, tensor maps kept per pointer and shape): 10-24 us of host time
+# through gluon_gemm.launch, 25-27 us through tiledmm.matmul's plan on the H100
+# (docs/measurements/session8_gluonbind_h100.log; 95-153 us before, through Gluon's JIT launcher). Its host
+# floor is the worst of those in the model's units (the model's GPU times assume the tensor cores' peak;
+# the kernels reach ~0.79 of it: 27.4 x 0.79 = 22). Fused epilogue (bias, activation). Never in
 # the interpreter (Gluon does not run there). Listed last: where the model ties it with an earlier
 # variant (8192^3 16-bit, heuristics.gluon_speed), the earlier one is kept.
 
@@ -225,9 +227,9 @@ def _gluon_split(M, N, K, batch, config, sms) -> tuple:
     return s, cdiv(K, s)
 
 
-GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune,
+GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune, epilogue=True,
                 traits=Traits(persistent=True, tma_store=True, split=_gluon_split, speed=H.gluon_speed,
-                              capability=(9, 0), host_us=120.0))
+                              capability=(9, 0), host_us=22.0))
 
 SPLITK = from_module(splitk)
 ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, with_kmajor(SPLITK), from_module(tma_copy),
