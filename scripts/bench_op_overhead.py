@@ -56,10 +56,14 @@ def install_stub(torch, unfused: bool) -> None:
     def matmul(a, b, *, out=None, **_):
         if out is not None:
             return out
-        sa, sb = tuple(a.shape), tuple(b.shape)
-        batch = tuple(torch.broadcast_shapes(sa[:-2], sb[:-2])) if len(sa) > 1 and len(sb) > 1 else \
-            (sa[:-2] if len(sb) == 1 else sb[:-2])
-        return a.new_empty(batch + sa[-2:-1] + sb[-1:] if len(sa) > 1 else batch + sb[-1:])
+        sa, sb = a.shape, b.shape
+        if len(sa) == 2 and len(sb) == 2:
+            return a.new_empty((sa[0], sb[1]))
+        x, y = sa[:-2], sb[:-2]
+        n = max(len(x), len(y))
+        x, y = (1,) * (n - len(x)) + tuple(x), (1,) * (n - len(y)) + tuple(y)
+        batch = tuple(q if p == 1 else p for p, q in zip(x, y))
+        return a.new_empty(batch + tuple(sa[-2:-1]) + (tuple(sb[-1:]) if len(sb) > 1 else ()))
 
     torch.set_flush_denormal(True)      # the stubs' results are uninitialised memory: no slow denormals
     api.matmul = matmul
