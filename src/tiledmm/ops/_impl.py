@@ -51,6 +51,9 @@ def activation_backward(grad, act: str, saved):
     if act in ("gelu", "gelu_tanh"):
         return aten.gelu_backward(grad, saved, approximate="none" if act == "gelu" else "tanh")
     if act == "silu":
+        if torch.is_grad_enabled() and (grad.requires_grad or saved.requires_grad):
+            s = torch.sigmoid(saved)             # recorded (create_graph): aten's silu_backward has no derivative
+            return grad * s * (1 + saved * (1 - s))
         return aten.silu_backward(grad, saved)
     return grad
 

@@ -88,16 +88,20 @@ def _product(x, y, alpha: float, kernel, precision):
 def _mm_grads(g, a, b, alpha: float, need_a: bool, need_b: bool, kernel, precision):
     """(dA, dB) of alpha * a @ b for the result's gradient ``g``: numpy's rules backwards
     (1-D operands, broadcast batch dimensions summed as torch sums them)."""
+    if a.dim() == 2 and b.dim() == 2:          # the common case: no reshapes, no reductions
+        return (_product(g, b.mT, alpha, kernel, precision) if need_a else None,
+                _product(a.mT, g, alpha, kernel, precision) if need_b else None)
     a1 = a.unsqueeze(0) if a.dim() == 1 else a
     b1 = b.unsqueeze(-1) if b.dim() == 1 else b
     nbatch = max(a1.dim(), b1.dim()) - 2
-    g = g.reshape(tuple(g.shape[:nbatch]) + (a1.shape[-2], b1.shape[-1]))
+    if not (a1 is a and b1 is b and g.dim() == nbatch + 2):     # a 1-D operand: its dimension back in g
+        g = g.reshape(tuple(g.shape[:nbatch]) + (a1.shape[-2], b1.shape[-1]))
     ga = gb = None
     if need_a:
         ga = _product(g, b1.mT, alpha, kernel, precision)
         if ga.shape != a1.shape:
             ga = ga.sum_to_size(a1.shape)
-        ga = ga.reshape(a.shape)
+        ga = ga if a1 is a else ga.reshape(a.shape)
     if need_b:
         if b1.dim() == 2 and a1.dim() > 2:     # the batch folded into K of one product: no reduction after
             K, N = a1.shape[-1], b1.shape[-1]
@@ -106,7 +110,7 @@ def _mm_grads(g, a, b, alpha: float, need_a: bool, need_b: bool, kernel, precisi
             gb = _product(a1.mT, g, alpha, kernel, precision)
             if gb.shape != b1.shape:
                 gb = gb.sum_to_size(b1.shape)
-        gb = gb.reshape(b.shape)
+        gb = gb if gb.shape == b.shape else gb.reshape(b.shape)
     return ga, gb
 
 

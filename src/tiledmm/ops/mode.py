@@ -41,16 +41,17 @@ def _unsupported(a, b, c=None, bias=None, bias_dim=-1) -> str | None:
     dt, dev = a.dtype, a.device
     if dt not in _DTYPES:
         return f"dtype {dt}"
-    others = (b,) if c is None and bias is None else tuple(t for t in (b, c, bias) if t is not None)
-    if any(t.dtype != dt for t in others):
+    if b.dtype != dt or c is not None and c.dtype != dt or bias is not None and bias.dtype != dt:
         return "mixed dtypes"
-    if dev.type != ("cpu" if _backend.emulating() else "cuda") or any(t.device != dev for t in others):
+    emulating = _backend.emulating()
+    if dev.type != ("cpu" if emulating else "cuda") or b.device != dev or c is not None and c.device != dev \
+            or bias is not None and bias.device != dev:
         return f"device {dev}"
     try:
         res = _impl.check(a, b, c, bias, bias_dim, "none")
     except TiledmmError:
         return "shapes"
-    if _backend.emulating() and math.prod(res) * a.shape[-1] > _backend.emulation_limit(2 ** 24):
+    if emulating and math.prod(res) * a.shape[-1] > _backend.emulation_limit(2 ** 24):
         return "over the emulation limit"
     return None
 
@@ -76,14 +77,17 @@ def _matmul(args, kwargs, ranks=None):
 
 
 def _addmm(args, kwargs, rank: int):
-    names = ("input", "mat1", "mat2") if rank == 2 else ("input", "batch1", "batch2")
-    kw = dict(zip(names, args))
-    kw.update(kwargs)
-    extra = set(kw) - set(names) - {"alpha", "beta"}
-    if extra or len(args) > 3:
-        return None, "out= or extra arguments"
-    c, a, b = kw.get(names[0]), kw.get(names[1]), kw.get(names[2])
-    alpha, beta = kw.get("alpha", 1), kw.get("beta", 1)
+    if not kwargs and len(args) == 3:          # the common call: no keywords
+        c, a, b = args
+        alpha = beta = 1
+    else:
+        names = ("input", "mat1", "mat2") if rank == 2 else ("input", "batch1", "batch2")
+        kw = dict(zip(names, args))
+        kw.update(kwargs)
+        if set(kw) - set(names) - {"alpha", "beta"} or len(args) > 3:
+            return None, "out= or extra arguments"
+        c, a, b = kw.get(names[0]), kw.get(names[1]), kw.get(names[2])
+        alpha, beta = kw.get("alpha", 1), kw.get("beta", 1)
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (alpha, beta)):
         return None, "tensor alpha/beta"
     if not isinstance(c, torch.Tensor) or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) \
@@ -101,10 +105,15 @@ def _addmm(args, kwargs, rank: int):
 
 
 def _linear(args, kwargs):
-    kw = dict(zip(("input", "weight", "bias"), args))
-    kw.update(kwargs)
-    x, w, bias = kw.get("input"), kw.get("weight"), kw.get("bias")
-    if set(kw) - {"input", "weight", "bias"} or not isinstance(w, torch.Tensor) or w.dim() != 2:
+    if not kwargs and 2 <= len(args) <= 3:     # the common call: no keywords
+        x, w, bias = args if len(args) == 3 else (*args, None)
+    else:
+        kw = dict(zip(("input", "weight", "bias"), args))
+        kw.update(kwargs)
+        if set(kw) - {"input", "weight", "bias"}:
+            return None, "shapes"
+        x, w, bias = kw.get("input"), kw.get("weight"), kw.get("bias")
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
         return None, "shapes"
     why = _unsupported(x, w.mT, None, bias)
     return (None, why) if why else (_gemm(x, w.mT, None, bias), None)
