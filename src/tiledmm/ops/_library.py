@@ -4,7 +4,7 @@ Defined with ``torch.library.Library`` (not ``@custom_op``, whose Python wrapper
 microseconds a call), with one CompositeExplicitAutograd kernel each (CPU and CUDA alike:
 ``tiledmm.matmul`` moves host tensors itself), a fake implementation that only computes the
 result's shape, so ``torch.compile(fullgraph=True)`` keeps each call as one opaque node, and
-``torch.library.register_autograd`` for the backward, which calls these operators again on
+``torch.library.register_autograd`` for the backward, which computes the products again on
 transposed views (dA = dC Bᵀ, dB = Aᵀ dC: no copies where the kernels read the strides).
 
     tiledmm::matmul(a, b, kernel_name, precision) -> a @ b       (numpy's matmul rules)
@@ -41,8 +41,8 @@ def _keeps(keep_pre: bool, act: str) -> bool:
 # -- eager kernels ----------------------------------------------------------------------------------
 
 def _matmul(a, b, kernel_name=None, precision=None):
-    return api.matmul(a.detach(), b.detach(), kernel=kernel_name, precision=precision)   # detached: no
-    #                                                                                    re-entry into autograd
+    # detached: no re-entry into autograd
+    return api.matmul(a.detach(), b.detach(), kernel=kernel_name, precision=precision)
 
 
 def _gemm(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel_name=None, precision=None):
