@@ -192,6 +192,17 @@ def test_eager_calls_skip_the_dispatcher(act):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.filterwarnings("ignore:There is a performance drop")
+def test_vmap_goes_through_the_operators():
+    """torch.vmap's batched tensors have no data pointer: those calls take the operators (torch's
+    per-sample fallback), never the kernels directly."""
+    from tiledmm.nn.functional import linear
+    a, b, bias = _t(3, 4, 5), _t(5, 2, seed=1), _t(2, seed=2)
+    for f in (lambda x: linear(x, b.mT, bias, "relu"), lambda x: tiledmm.ops._library.matmul(x, b)):
+        want = torch.stack([f(x) for x in a])
+        torch.testing.assert_close(torch.vmap(f)(a), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("act,keep", [("none", False), ("gelu", True), ("silu", False), ("relu", False)])
 def test_double_backward_through_the_eager_functions(act, keep):
     """create_graph: the backward's products are recorded (the Functions again): gradgradcheck

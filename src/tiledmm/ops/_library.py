@@ -184,10 +184,25 @@ torch.library.register_autograd("tiledmm::gemm", _gemm_backward, setup_context=_
 _PLAIN = (torch.Tensor, torch.nn.Parameter)     # not fake, functional or other subclasses of Tensor
 
 
+def _direct(a, b, c=None, bias=None) -> bool:
+    """Whether a call may skip the dispatcher: no tracing (Dynamo, export), and tensors that are plain
+    torch tensors with storage -- not subclasses (fake, functional) nor torch.func's wrappers (vmap,
+    grad: their data pointer raises), which the operators serve."""
+    if torch.compiler.is_compiling():
+        return False
+    try:
+        for t in (a, b, c, bias):
+            if t is not None and (type(t) not in _PLAIN or t.data_ptr() is None):
+                return False
+    except RuntimeError:
+        return False
+    return True
+
+
 def matmul(a, b, kernel=None, precision=None):
     """``torch.ops.tiledmm.matmul(a, b, kernel, precision)``'s result and gradient, with the host cost
     of one ``autograd.Function`` at most (see the module's docstring)."""
-    if type(a) not in _PLAIN or type(b) not in _PLAIN or torch.compiler.is_compiling():
+    if not _direct(a, b):
         return torch.ops.tiledmm.matmul(a, b, kernel, precision)
     if (a.requires_grad or b.requires_grad) and torch.is_grad_enabled():
         return _MatmulFunction.apply(a, b, kernel, precision)
@@ -197,8 +212,7 @@ def matmul(a, b, kernel=None, precision=None):
 def gemm(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel=None, precision=None):
     """``torch.ops.tiledmm.gemm(...)[0]`` (y) and its gradients, with the host cost of one
     ``autograd.Function`` at most; the pre-activation is kept (``keep_pre``) only where recorded."""
-    if type(a) not in _PLAIN or type(b) not in _PLAIN or (c is not None and type(c) not in _PLAIN) or \
-            (bias is not None and type(bias) not in _PLAIN) or torch.compiler.is_compiling():
+    if not _direct(a, b, c, bias):
         return torch.ops.tiledmm.gemm(a, b, c, bias, alpha, beta, bias_dim, act, keep_pre, kernel, precision)[0]
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or c is not None and c.requires_grad or
                                     bias is not None and bias.requires_grad):
