@@ -129,15 +129,14 @@ def _checked_broadcast(x: tuple, y: tuple) -> list:
 
 def gemm(a, b, c, bias, alpha: float, beta: float, bias_dim: int, act: str, kernel, precision):
     """A new tensor ``act(alpha * a @ b + beta * c + bias)`` of a's dtype (see the module's docstring).
-    Inputs are detached views' data: nothing here records autograd history."""
-    import torch
+    Called where no autograd is recorded (grad mode off, or no input needs a gradient)."""
     res = check(a, b, c, bias, bias_dim, act)
     if c is None or beta == 0.0:
         c, beta = None, 0.0
     elif bias is None and beta == 1.0 and res and c.dtype == a.dtype and c.shape[-1:] == res[-1:] and \
             c.numel() == res[-1]:
         c, bias, bias_dim, beta = None, c.reshape(-1), -1, 0.0     # C broadcast along rows: a bias, no copy
-    out = torch.empty(res, dtype=a.dtype, device=a.device)
+    out = a.new_empty(res)
     if c is not None:
         out.copy_(c.expand(res))
     if out.numel() == 0:
