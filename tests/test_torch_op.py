@@ -260,6 +260,29 @@ def test_fallback_epilogue_when_the_kernel_cannot_fuse(act):
     torch.testing.assert_close(y.double(), _ref(a, b, None, bias, 2.0, 0.0, -1, act), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("c_shape,act", [(None, "gelu"), ((1, 3), "silu"), ((4, 3), "none")])
+def test_unfused_epilogue_passes(c_shape, act, monkeypatch):
+    """Where the kernel cannot fuse, the product (here torch's, in place of tiledmm.matmul) is followed
+    by one in-place bias add and one activation pass: no copy of the result, no copy of a
+    row-broadcast C (it is the bias); a full C is copied once, for the kernel's beta term."""
+    from tiledmm import api
+
+    def product(a, b, *, out, alpha, beta, kernel, precision):
+        assert (alpha, beta) == (1.0, 1.0 if c_shape == (4, 3) else 0.0)
+        return torch.addmm(out, a, b, beta=beta, out=out)
+    monkeypatch.setattr(api, "matmul", product)
+    a, b, bias = _t(4, 5), _t(5, 3, seed=1), _t(3, seed=2)
+    c = None if c_shape is None else _t(*c_shape, seed=3)
+    with _OpLog() as log:
+        y = _impl.gemm(a, b, c, bias if c is None else None, 1.0, 1.0, -1, act, "tiled", None)
+    passes = [n for n in log.names if n.split(".")[1] not in ("empty", "new_empty", "view", "addmm", "expand")]
+    want = {None: ["aten.add_.Tensor", "aten.gelu.default"], (1, 3): ["aten.add_.Tensor", "aten.silu.default"],
+            (4, 3): ["aten.copy_.default"]}[c_shape]
+    assert passes == want, log.names
+    torch.testing.assert_close(y.double(), _ref(a, b, c, bias if c is None else None, 1.0, 1.0, -1, act),
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("args,match", [
     (lambda: (_t(3, 4), _t(5, 2), None, None, -1, "none"), "inner dimensions"),
     (lambda: (_t(3, 4), _t(4, 2), None, _t(3), -1, "none"), "bias must be 1-D with N"),
