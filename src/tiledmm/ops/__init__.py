@@ -32,7 +32,7 @@ def _needs_grad(a, b, out, alpha, beta) -> bool:
 
 def maybe_autograd(a: Any, b: Any, out: Any, alpha: Any, beta: Any, kernel: str | None, tile: Any,
                    precision: str | None, stream: Any, max_device_bytes: Any, options: dict) -> Any:
-    """``tiledmm.matmul``'s call through the differentiable operators where it records a graph
+    """``tiledmm.matmul``'s call, differentiable (``_library.matmul``/``gemm``), where it records a graph
     (torch tensors, grad mode on, and a, b, a tensor alpha or out's beta-term needing a gradient);
     None where it does not (then ``tiledmm.matmul`` runs as always)."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or not _needs_grad(a, b, out, alpha, beta):
