@@ -1,6 +1,8 @@
-"""Host cost per call of tiledmm's PyTorch operator layers (issue 23): ``tiledmm.enable()``'s
-routing, the autograd layer, ``tiledmm.nn.functional.linear``, and a torch op the mode does not
-route, each next to torch eager doing the same.
+"""Host cost per call of tiledmm's PyTorch operator layers, next to torch eager (issue 23).
+
+Timed: ``tiledmm.enable()``'s routing (addmm with a bias, F.linear, matmul; forward, forward with
+a graph recorded, forward + backward), ``tiledmm.nn.functional.linear`` with gelu, and a torch op
+the mode does not route, each next to torch eager doing the same.
 
 On a GPU the kernels run for real on small tensors (the GPU work is shorter than the host's, so
 the wall time per queued call is the host's cost). With ``--stub`` (the default without a GPU) the
