@@ -71,3 +71,38 @@ def test_unsupported_calls_fall_back_to_torch(capsys):
 
 def test_enable_is_exported():
     assert tiledmm.ops.enable is enable
+
+
+def test_bias_broadcast_along_rows_goes_to_the_fused_bias(monkeypatch):
+    """addmm / baddbmm whose input is a bias along N ((N,), (1, N), (1, 1, N)) with beta 1 reach the
+    kernel as its bias (never a full-size copy); forward and gradients as torch's."""
+    from tiledmm.ops import _impl
+    seen = []
+    real = _impl._fused
+    monkeypatch.setattr(_impl, "_fused", lambda *args: seen.append(args) or real(*args))
+    a, b = torch.randn(3, 4, device=DEV, requires_grad=True), torch.randn(4, 5, device=DEV, requires_grad=True)
+    a3, b3 = torch.randn(2, 3, 4, device=DEV), torch.randn(2, 4, 5, device=DEV)
+    for c, f in ((torch.randn(1, 5, device=DEV), lambda c: torch.addmm(c, a, b, alpha=0.5)),
+                 (torch.randn(5, device=DEV), lambda c: c.addmm(a, b)),
+                 (torch.randn(1, 1, 5, device=DEV), lambda c: torch.baddbmm(c, a3, b3)),
+                 (torch.randn(5, device=DEV), lambda c: torch.baddbmm(c, a3, b3))):
+        c.requires_grad_()
+        want = f(c)
+        gc_want = torch.autograd.grad(want.sum(), c)[0]
+        seen.clear()
+        with enable() as mode:
+            got = f(c)
+            gc = torch.autograd.grad(got.sum(), c)[0]
+        assert sum(n["tiledmm"] for n in mode.summary()["calls"].values()) == 1
+        bias, beta = seen[0][3], seen[0][5]
+        assert bias is not None and tuple(bias.shape) == (5,) and beta == 0.0
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(gc, gc_want, rtol=1e-5, atol=1e-5)
+
+
+def test_calls_not_routed_keep_their_arguments():
+    x, y = torch.randn(3, device=DEV), torch.randn(3, device=DEV)
+    with enable() as mode:
+        got = torch.add(x, y, alpha=2.0), x.sum(dim=0, keepdim=True), torch.cat([x, y])
+    torch.testing.assert_close(got[0], x + 2 * y)
+    assert got[1].shape == (1,) and got[2].shape == (6,) and not mode.summary()["calls"]

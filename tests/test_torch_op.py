@@ -12,7 +12,8 @@ from tests.conftest import GPU
 
 torch = pytest.importorskip("torch")
 import tiledmm.ops  # noqa: E402
-from tiledmm.ops import _impl  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from tiledmm.ops import _impl, _library  # noqa: E402
 
 DEV = "cuda" if GPU else "cpu"
 ACTS = ["none", "relu", "gelu", "gelu_tanh", "silu"]
@@ -142,6 +143,96 @@ def test_api_matmul_records_the_graph():
     torch.testing.assert_close(a.grad, torch.ones(3, 2, device=DEV) @ b.T)
 
 
+def test_gradcheck_gemm_both_outputs():
+    """keep_pre: the loss reads y and the pre-activation z (gz reaches the backward); z alone too."""
+    a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
+    bias = _t(2, dtype=torch.float64, grad=True, seed=3)
+
+    def both(x, y, w):
+        out, z = torch.ops.tiledmm.gemm(x, y, None, w, 1.0, 0.0, -1, "silu", True, None, None)
+        return out + 2 * z
+    assert torch.autograd.gradcheck(both, (a, b, bias), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda x, y, w: torch.ops.tiledmm.gemm(x, y, None, w, 1.0, 0.0, -1, "gelu", True, None, None)[1],
+        (a, b, bias), fast_mode=True)
+
+
+class _OpLog(TorchDispatchMode):
+    """The names of the operators dispatched while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("act", ["none", "gelu"])
+def test_eager_calls_skip_the_dispatcher(act):
+    """In eager the layers call the kernels through a plain autograd.Function (forward and the
+    backward's products): no tiledmm:: operator is dispatched; the same results as torch."""
+    from tiledmm.nn.functional import linear
+    x, w, bias = _t(2, 3, 4, grad=True), _t(5, 4, grad=True, seed=1), _t(5, grad=True, seed=2)
+    gy = _t(2, 3, 5, seed=3)
+    with _OpLog() as log:
+        y = linear(x, w, bias, act)
+        y.backward(gy)
+        with torch.no_grad():
+            y0 = linear(x, w, bias, act)
+        m = tiledmm.matmul(x, w.mT)
+    assert not [n for n in log.names if n.startswith("tiledmm")], log.names
+    assert type(y.grad_fn).__name__ == "_GemmFunctionBackward" and y0.grad_fn is None
+    assert type(m.grad_fn).__name__ == "_MatmulFunctionBackward"
+    xr, wr, br = (t.detach().requires_grad_() for t in (x, w, bias))
+    yr = _impl.activation(torch.nn.functional.linear(xr, wr, br), act)
+    yr.backward(gy)
+    for got, want in ((y, yr), (y0, yr), (m, xr @ wr.mT), (x.grad, xr.grad), (w.grad, wr.grad), (bias.grad, br.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:There is a performance drop")
+def test_vmap_goes_through_the_operators():
+    """torch.vmap's batched tensors have no data pointer: those calls take the operators (torch's
+    per-sample fallback), never the kernels directly."""
+    from tiledmm.nn.functional import linear
+    a, b, bias = _t(3, 4, 5), _t(5, 2, seed=1), _t(2, seed=2)
+    for f in (lambda x: linear(x, b.mT, bias, "relu"), lambda x: tiledmm.ops._library.matmul(x, b)):
+        want = torch.stack([f(x) for x in a])
+        torch.testing.assert_close(torch.vmap(f)(a), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("act,keep", [("none", False), ("gelu", True), ("silu", False), ("relu", False)])
+def test_double_backward_through_the_eager_functions(act, keep):
+    """create_graph: the backward's products are recorded (the Functions again): gradgradcheck
+    (float64 on the SIMT "naive" kernel: the simulator's quickest; its epilogue is torch's)."""
+    a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
+    c, bias = _t(1, 2, dtype=torch.float64, grad=True, seed=2), _t(2, dtype=torch.float64, grad=True, seed=3)
+    assert torch.autograd.gradgradcheck(lambda x, y: _library.matmul(x, y, "naive"), (a, b), fast_mode=True)
+
+    def f(x, y, z, w):
+        return _library.gemm(x, y, z, w, 0.5, 2.0, -1, act, keep, "naive", None)
+    assert torch.autograd.gradgradcheck(f, (a, b, c, bias), fast_mode=True)
+
+
+@pytest.mark.parametrize("c_shape,beta,as_bias", [((1, 7), 1.0, True), ((7,), 1.0, True), ((1, 1, 7), 1.0, True),
+                                                  ((1, 7), 0.5, False), ((9, 7), 1.0, False), ((2, 1, 7), 1.0, False)])
+def test_row_broadcast_c_is_the_fused_bias(c_shape, beta, as_bias, monkeypatch):
+    """C broadcast along rows with beta 1 reaches the kernel as a bias (no full-size copy of it);
+    any other C is C. The same results either way."""
+    a, b, c = _t(2, 9, 12), _t(12, 7, seed=1), _t(*c_shape, seed=2)
+    seen = []
+    real = _impl._fused
+    monkeypatch.setattr(_impl, "_fused", lambda *args: seen.append(args) or real(*args))
+    y = _impl.gemm(a, b, c, None, 1.5, beta, -1, "relu", None, None)
+    (_, _, out, bias, _, beta_used, *_), = seen
+    assert (bias is not None and tuple(bias.shape) == (7,) and beta_used == 0.0) == as_bias
+    assert bias is not None or beta_used == beta
+    want = _ref(a, b, c, None, 1.5, beta, -1, "relu")
+    torch.testing.assert_close(y.double(), want, rtol=1e-4, atol=1e-4)
+
+
 # -- fused epilogues against float64 ---------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
@@ -167,6 +258,29 @@ def test_fallback_epilogue_when_the_kernel_cannot_fuse(act):
     a, b, bias = _t(4, 5), _t(5, 3, seed=1), _t(3, seed=2)
     y = torch.ops.tiledmm.gemm(a, b, None, bias, 2.0, 0.0, -1, act, False, "tiled", None)[0]   # SIMT: no epilogue
     torch.testing.assert_close(y.double(), _ref(a, b, None, bias, 2.0, 0.0, -1, act), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("c_shape,act", [(None, "gelu"), ((1, 3), "silu"), ((4, 3), "none")])
+def test_unfused_epilogue_passes(c_shape, act, monkeypatch):
+    """Where the kernel cannot fuse, the product (here torch's, in place of tiledmm.matmul) is followed
+    by one in-place bias add and one activation pass: no copy of the result, no copy of a
+    row-broadcast C (it is the bias); a full C is copied once, for the kernel's beta term."""
+    from tiledmm import api
+
+    def product(a, b, *, out, alpha, beta, kernel, precision):
+        assert (alpha, beta) == (1.0, 1.0 if c_shape == (4, 3) else 0.0)
+        return torch.addmm(out, a, b, beta=beta, out=out)
+    monkeypatch.setattr(api, "matmul", product)
+    a, b, bias = _t(4, 5), _t(5, 3, seed=1), _t(3, seed=2)
+    c = None if c_shape is None else _t(*c_shape, seed=3)
+    with _OpLog() as log:
+        y = _impl.gemm(a, b, c, bias if c is None else None, 1.0, 1.0, -1, act, "tiled", None)
+    passes = [n for n in log.names if n.split(".")[1] not in ("empty", "new_empty", "view", "addmm", "expand")]
+    want = {None: ["aten.add_.Tensor", "aten.gelu.default"], (1, 3): ["aten.add_.Tensor", "aten.silu.default"],
+            (4, 3): ["aten.copy_.default"]}[c_shape]
+    assert passes == want, log.names
+    torch.testing.assert_close(y.double(), _ref(a, b, c, bias if c is None else None, 1.0, 1.0, -1, act),
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("args,match", [

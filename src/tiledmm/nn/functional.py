@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .._arrays import TiledmmError, describe
-from ..ops import _library  # noqa: F401  (registers torch.ops.tiledmm.*)
+from ..ops import _library
 from ..ops._impl import ACTIVATIONS, check_activation
 
 __all__ = ["linear", "ACTIVATIONS"]
@@ -29,7 +29,7 @@ def linear(x, weight, bias=None, activation: str | None = None, *, precision: st
         raise TiledmmError(f"x's last dimension must be in_features = {weight.shape[1]}; got {_what(x, 'x')}")
     keep = act not in ("none", "relu") and torch.is_grad_enabled() and \
         (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad))
-    return torch.ops.tiledmm.gemm(x, weight.mT, None, bias, 1.0, 0.0, -1, act, keep, None, precision)[0]
+    return _library.gemm(x, weight.mT, None, bias, 1.0, 0.0, -1, act, keep, None, precision)
 
 
 def _what(t, name: str) -> str:

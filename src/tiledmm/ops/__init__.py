@@ -17,7 +17,7 @@ import torch  # noqa: E402
 
 from .. import api  # noqa: E402
 from .._arrays import TiledmmError  # noqa: E402
-from . import _library  # noqa: F401  (registers torch.ops.tiledmm.*)
+from . import _library  # noqa: E402  (registers torch.ops.tiledmm.*)
 from .mode import enable  # noqa: E402
 
 __all__ = ["enable", "maybe_autograd"]
@@ -32,7 +32,7 @@ def _needs_grad(a, b, out, alpha, beta) -> bool:
 
 def maybe_autograd(a: Any, b: Any, out: Any, alpha: Any, beta: Any, kernel: str | None, tile: Any,
                    precision: str | None, stream: Any, max_device_bytes: Any, options: dict) -> Any:
-    """``tiledmm.matmul``'s call through the differentiable operators where it records a graph
+    """``tiledmm.matmul``'s call, differentiable (``_library.matmul``/``gemm``), where it records a graph
     (torch tensors, grad mode on, and a, b, a tensor alpha or out's beta-term needing a gradient);
     None where it does not (then ``tiledmm.matmul`` runs as always)."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or not _needs_grad(a, b, out, alpha, beta):
@@ -56,9 +56,9 @@ def _differentiable(a, b, out, alpha, beta: float, kernel, precision):
     if scale and c is not None:
         raise TiledmmError("a tensor alpha with beta != 0 is not supported; pass alpha as a number")
     if al == 1.0 and c is None:
-        y = torch.ops.tiledmm.matmul(a, b, kernel, precision)
+        y = _library.matmul(a, b, kernel, precision)
     else:
-        y = torch.ops.tiledmm.gemm(a, b, c, None, al, beta, -1, "none", False, kernel, precision)[0]
+        y = _library.gemm(a, b, c, None, al, beta, -1, "none", False, kernel, precision)
     if scale:          # a tensor alpha (its gradient too): the scaling outside the kernel
         y = y * alpha.to(y.dtype)
     if out is None:

@@ -2,11 +2,13 @@
 
 ``gemm`` computes ``act(alpha * a @ b + beta * c + bias)`` with numpy's matmul rules for a and b,
 c broadcast to the result, bias a 1-D tensor along N (the result's last dimension) or M (its
-second-to-last). Where the dispatcher's pick for the call has a fused epilogue (``Variant.epilogue``:
-the blocked and TMA variants and their ``-kmajor`` forms; the pick is asked with the passes a variant
-without one would leave) it does it all in one pass over C; otherwise (split-K, tma-copy, the SIMT
-ladder, float64) the product runs through ``tiledmm.matmul`` and bias and activation follow in
-torch, in place in the result's dtype (rounded as torch's eager ``act(linear(x, w, b))`` is).
+second-to-last); a C broadcast along rows ((N,), (1, N), ...) with beta 1 is taken as a bias along
+N (never copied to full size). Where the dispatcher's pick for the call has a fused epilogue
+(``Variant.epilogue``: the blocked, TMA and Gluon variants; the pick is asked with the passes a
+variant without one would leave) it does it all in one pass over C; otherwise (split-K, tma-copy,
+the SIMT ladder, float64) the product runs through ``tiledmm.matmul``, then the bias is added in
+place (one pass) and the activation is one pass more, in the result's dtype (rounded as torch's
+eager ``act(linear(x, w, b))`` is).
 """
 from __future__ import annotations
 
@@ -50,34 +52,40 @@ def activation_backward(grad, act: str, saved):
     if act in ("gelu", "gelu_tanh"):
         return aten.gelu_backward(grad, saved, approximate="none" if act == "gelu" else "tanh")
     if act == "silu":
+        if torch.is_grad_enabled() and (grad.requires_grad or saved.requires_grad):
+            s = torch.sigmoid(saved)             # recorded (create_graph): aten's silu_backward has no derivative
+            return grad * s * (1 + saved * (1 - s))
         return aten.silu_backward(grad, saved)
     return grad
 
 
 def check(a, b, c, bias, bias_dim: int, act: str) -> tuple:
     """Validate a call (one-line TiledmmErrors naming shapes and dtypes); returns the result shape."""
-    import torch
     for name, t in (("a", a), ("b", b)):
-        if t.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        if t.dtype not in _float_dtypes():
             raise TiledmmError(f"unsupported dtype: {describe(t, name)}; tiledmm supports float32, float64, "
                                "float16, bfloat16")
     if a.dtype != b.dtype:
         raise TiledmmError(f"mixed dtypes: {describe(a, 'a')}; {describe(b, 'b')}")
     if a.device != b.device:
         raise TiledmmError(f"a and b are on different devices: {describe(a, 'a')}; {describe(b, 'b')}")
-    if a.dim() == 0 or b.dim() == 0:
+    sa, sb = a.shape, b.shape
+    if len(sa) == 0 or len(sb) == 0:
         raise TiledmmError(f"matmul needs tensors of at least one dimension; got {describe(a, 'a')}; "
                            f"{describe(b, 'b')}")
-    kb = b.shape[0] if b.dim() == 1 else b.shape[-2]
-    if a.shape[-1] != kb:
-        raise TiledmmError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
-    try:
-        batch = _checked_broadcast(tuple(a.shape[:-2]), tuple(b.shape[:-2]))
-    except ValueError:
-        raise TiledmmError(f"batch dimensions do not broadcast: a is {tuple(a.shape)}, b is {tuple(b.shape)}") \
-            from None
-    res = tuple(batch) + (tuple(a.shape[-2:-1]) if a.dim() > 1 else ()) + (tuple(b.shape[-1:]) if b.dim() > 1 else ())
-    check_activation(act)
+    kb = sb[0] if len(sb) == 1 else sb[-2]
+    if sa[-1] != kb:
+        raise TiledmmError(f"inner dimensions differ: a is {tuple(sa)}, b is {tuple(sb)}")
+    if len(sa) == 2 and len(sb) == 2:           # the common case first
+        res = (sa[0], sb[1])
+    else:
+        try:
+            batch = _checked_broadcast(tuple(sa[:-2]), tuple(sb[:-2]))
+        except ValueError:
+            raise TiledmmError(f"batch dimensions do not broadcast: a is {tuple(sa)}, b is {tuple(sb)}") from None
+        res = tuple(batch) + (tuple(sa[-2:-1]) if len(sa) > 1 else ()) + (tuple(sb[-1:]) if len(sb) > 1 else ())
+    if act != "none":
+        check_activation(act)
     if c is not None:
         try:
             if tuple(_checked_broadcast(tuple(c.shape), res)) != res:
@@ -97,6 +105,18 @@ def check(a, b, c, bias, bias_dim: int, act: str) -> tuple:
     return res
 
 
+_FLOATS: tuple = ()
+
+
+def _float_dtypes() -> tuple:
+    """The dtypes tiledmm takes (torch imported on first use)."""
+    global _FLOATS
+    if not _FLOATS:
+        import torch
+        _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+    return _FLOATS
+
+
 def _checked_broadcast(x: tuple, y: tuple) -> list:
     n = max(len(x), len(y))
     x, y = (1,) * (n - len(x)) + x, (1,) * (n - len(y)) + y
@@ -110,26 +130,25 @@ def _checked_broadcast(x: tuple, y: tuple) -> list:
 
 def gemm(a, b, c, bias, alpha: float, beta: float, bias_dim: int, act: str, kernel, precision):
     """A new tensor ``act(alpha * a @ b + beta * c + bias)`` of a's dtype (see the module's docstring).
-    Inputs are detached views' data: nothing here records autograd history."""
-    import torch
+    Called where no autograd is recorded (grad mode off, or no input needs a gradient)."""
     res = check(a, b, c, bias, bias_dim, act)
-    if c is None:
-        beta = 0.0
-    out = torch.empty(res, dtype=a.dtype, device=a.device)
-    if beta != 0.0:
+    if c is None or beta == 0.0:
+        c, beta = None, 0.0
+    elif bias is None and beta == 1.0 and res and c.dtype == a.dtype and c.shape[-1:] == res[-1:] and \
+            c.numel() == res[-1]:
+        c, bias, bias_dim, beta = None, c.reshape(-1), -1, 0.0     # C broadcast along rows: a bias, no copy
+    out = a.new_empty(res)
+    if c is not None:
         out.copy_(c.expand(res))
     if out.numel() == 0:
         return out
     if kernel in (None, "triton") and _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision):
         return out
-    from ..api import matmul
-    opts = {} if precision is None else {"precision": precision}
-    matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, **opts)
-    if bias is not None:            # in out's dtype, in place: rounded as torch's eager linear + activation
+    from .. import api
+    api.matmul(a, b, out=out, alpha=alpha, beta=beta, kernel=kernel, precision=precision)
+    if bias is not None:            # one pass, in place in out's dtype: rounded as torch's eager linear
         out.add_(bias if bias_dim == -1 else bias[:, None])
-    if act != "none":
-        out.copy_(activation(out, act))
-    return out
+    return out if act == "none" else activation(out, act)      # one pass more: the activation's own result
 
 
 def _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision) -> bool:

@@ -1,8 +1,10 @@
 """``tiledmm.enable()``: a ``TorchFunctionMode`` that sends a model's matrix products through tiledmm.
 
 Inside ``with tiledmm.enable(): model(x)``, ``torch.matmul``, ``@``, ``mm``, ``bmm``, ``addmm``,
-``baddbmm`` and ``F.linear`` (functions and Tensor methods) run as ``torch.ops.tiledmm`` operators
--- with their autograd, so ``loss.backward()`` runs tiledmm's kernels too -- wherever tiledmm
+``baddbmm`` and ``F.linear`` (functions and Tensor methods) run through tiledmm's operators
+(``torch.ops.tiledmm`` while torch.compile traces; in eager the same computation without the
+dispatcher's layers) -- with their autograd, so ``loss.backward()`` runs tiledmm's kernels too --
+wherever tiledmm
 supports the call: torch tensors of one float dtype on the kernels' device (CUDA; the CPU in
 emulation), no ``out=``. Every other call goes to torch unchanged. ``nn.MultiheadAttention``'s
 projections are inside one torch function (``F.multi_head_attention_forward``) that the mode
@@ -20,7 +22,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _backend
 from .._arrays import TiledmmError
-from . import _impl
+from . import _impl, _library
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -34,27 +36,32 @@ def _precision(dtype) -> str | None:
 
 def _unsupported(a, b, c=None, bias=None, bias_dim=-1) -> str | None:
     """Why tiledmm does not take this call (None: it does)."""
-    tensors = [t for t in (a, b, c, bias) if t is not None]
-    if not all(isinstance(t, torch.Tensor) for t in (a, b)):
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         return "not tensors"
-    if a.dtype not in _DTYPES or any(t.dtype != a.dtype for t in tensors):
-        return f"dtype {a.dtype}" if a.dtype not in _DTYPES else "mixed dtypes"
-    if any(t.device.type != ("cpu" if _backend.emulating() else "cuda") or t.device != a.device for t in tensors):
-        return f"device {a.device}"
+    dt, dev = a.dtype, a.device
+    if dt not in _DTYPES:
+        return f"dtype {dt}"
+    if b.dtype != dt or c is not None and c.dtype != dt or bias is not None and bias.dtype != dt:
+        return "mixed dtypes"
+    emulating = _backend.emulating()
+    if dev.type != ("cpu" if emulating else "cuda") or b.device != dev or c is not None and c.device != dev \
+            or bias is not None and bias.device != dev:
+        return f"device {dev}"
     try:
         res = _impl.check(a, b, c, bias, bias_dim, "none")
     except TiledmmError:
         return "shapes"
-    if _backend.emulating() and math.prod(res) * a.shape[-1] > _backend.emulation_limit(2 ** 24):
+    if emulating and math.prod(res) * a.shape[-1] > _backend.emulation_limit(2 ** 24):
         return "over the emulation limit"
     return None
 
 
 def _gemm(a, b, c=None, bias=None, alpha=1.0, beta=0.0):
+    """The routed call: ``tiledmm.ops``' entry (the operators only where a tracer needs them)."""
     prec = _precision(a.dtype)
     if c is None and bias is None and alpha == 1.0:
-        return torch.ops.tiledmm.matmul(a, b, None, prec)
-    return torch.ops.tiledmm.gemm(a, b, c, bias, float(alpha), float(beta), -1, "none", False, None, prec)[0]
+        return _library.matmul(a, b, None, prec)
+    return _library.gemm(a, b, c, bias, float(alpha), float(beta), -1, "none", False, None, prec)
 
 
 def _matmul(args, kwargs, ranks=None):
@@ -70,33 +77,43 @@ def _matmul(args, kwargs, ranks=None):
 
 
 def _addmm(args, kwargs, rank: int):
-    names = ("input", "mat1", "mat2") if rank == 2 else ("input", "batch1", "batch2")
-    kw = dict(zip(names, args))
-    kw.update(kwargs)
-    extra = set(kw) - set(names) - {"alpha", "beta"}
-    if extra or len(args) > 3:
-        return None, "out= or extra arguments"
-    c, a, b = kw.get(names[0]), kw.get(names[1]), kw.get(names[2])
-    alpha, beta = kw.get("alpha", 1), kw.get("beta", 1)
+    if not kwargs and len(args) == 3:          # the common call: no keywords
+        c, a, b = args
+        alpha = beta = 1
+    else:
+        names = ("input", "mat1", "mat2") if rank == 2 else ("input", "batch1", "batch2")
+        kw = dict(zip(names, args))
+        kw.update(kwargs)
+        if set(kw) - set(names) - {"alpha", "beta"} or len(args) > 3:
+            return None, "out= or extra arguments"
+        c, a, b = kw.get(names[0]), kw.get(names[1]), kw.get(names[2])
+        alpha, beta = kw.get("alpha", 1), kw.get("beta", 1)
     if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (alpha, beta)):
         return None, "tensor alpha/beta"
     if not isinstance(c, torch.Tensor) or not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) \
             or a.dim() != rank or b.dim() != rank:
         return None, "shapes"
-    as_bias = c.dim() == 1 and beta == 1 and c.shape[0] == b.shape[-1]
-    why = _unsupported(a, b, None, c) if as_bias else _unsupported(a, b, c)
-    if why:
-        return None, why
-    if as_bias:          # a bias along N: in the kernel's epilogue
-        return _gemm(a, b, None, c, alpha), None
-    return _gemm(a, b, c, None, alpha, beta), None
+    n = b.shape[-1]
+    if beta == 1 and c.dim() <= rank and c.shape[-1:] == (n,) and c.numel() == n:
+        # input broadcast along rows ((N,), (1, N), (1, 1, N)): a bias along N, in the kernel's epilogue,
+        # never a full-size copy of it
+        bias = c if c.dim() == 1 else c.reshape(n)
+        why = _unsupported(a, b, None, bias)
+        return (None, why) if why else (_gemm(a, b, None, bias, alpha), None)
+    why = _unsupported(a, b, c)
+    return (None, why) if why else (_gemm(a, b, c, None, alpha, beta), None)
 
 
 def _linear(args, kwargs):
-    kw = dict(zip(("input", "weight", "bias"), args))
-    kw.update(kwargs)
-    x, w, bias = kw.get("input"), kw.get("weight"), kw.get("bias")
-    if set(kw) - {"input", "weight", "bias"} or not isinstance(w, torch.Tensor) or w.dim() != 2:
+    if not kwargs and 2 <= len(args) <= 3:     # the common call: no keywords
+        x, w, bias = args if len(args) == 3 else (*args, None)
+    else:
+        kw = dict(zip(("input", "weight", "bias"), args))
+        kw.update(kwargs)
+        if set(kw) - {"input", "weight", "bias"}:
+            return None, "shapes"
+        x, w, bias = kw.get("input"), kw.get("weight"), kw.get("bias")
+    if not isinstance(w, torch.Tensor) or w.dim() != 2:
         return None, "shapes"
     why = _unsupported(x, w.mT, None, bias)
     return (None, why) if why else (_gemm(x, w.mT, None, bias), None)
@@ -132,10 +149,10 @@ class enable(TorchFunctionMode):
         self.reasons: Counter = Counter()       # (op, why it went to torch) -> calls
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        route = _ROUTES.get(func)          # every torch call of the model comes here: one dict look-up
+        if route is None:                 # for those not routed
+            return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
-        route = _ROUTES.get(func)
-        if route is None:
-            return func(*args, **kwargs)
         name, handler = route
         result, why = handler(args, kwargs)
         if why is None:
