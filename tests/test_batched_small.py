@@ -145,9 +145,9 @@ def _pick(batch, M, K, N, dtype, precision, monkeypatch) -> str:
     """The dispatcher's candidates for this call (applicable() included) and the model's pick among
     them, as on a GPU (the interpreter offers this variant only when forced)."""
     monkeypatch.setattr(bm, "emulating", lambda: False)
-    a = torch.empty((batch, M, K), dtype=dtype)
-    b = torch.empty((batch, K, N), dtype=dtype)
-    c = torch.empty((batch, M, N), dtype=dtype)
+    a = torch.empty((batch, M, K), dtype=dtype, device=DEV)
+    b = torch.empty((batch, K, N), dtype=dtype, device=DEV)
+    c = torch.empty((batch, M, N), dtype=dtype, device=DEV)
     cands = bm.candidates(a, b, c, precision, 1.0, 0.0)
     return H.pick(cands, bm._problem(a, b, c, precision), H.H100).variant.name
 

@@ -33,8 +33,12 @@ from .kernels import _epilogue  # noqa: E402  (the blocked kernel's epilogue: al
 NAME = "batched-small"
 REPLAYABLE = True     # one FastKernel launch on (a, b, c): fastlaunch.replay binds it per exact signature
 MAX_DIM = 32          # largest M, N and K it takes (blocks of up to 32 x 32 x 32)
-MIN_BATCH = 64        # fewest batch entries it is offered for (unmeasured; below, the blocked kernel's few
-#                       programs cost the same launch): see scripts/bench_batched_small.py --sweep
+# fewest batch entries it is offered for: any batch. A small batch gets G = 1, one program per product
+# with blocks of at most 32 where the blocked kernel runs one 64-row tile or more per product: no more
+# work, and as many programs. (The dispatcher's plan key has no batch count: a class's first call
+# decides for its later ones, so a threshold here would leave a class first met with a small batch on
+# the blocked kernel.) Unmeasured: scripts/bench_batched_small.py --sweep times both from batch 2 up.
+MIN_BATCH = 2
 MAX_G = 64            # most products one program computes
 
 
@@ -184,6 +188,9 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     kind = kind_of(precision)
     cfg, warps, stages = V.split_meta(config or heuristic(M, N, K, kind))
     G, bm, bn, bk = group(M, N, K, batch, kind, cfg, num_sms(index_of(c)))
+    # no more warps than the products' work: a 3-D dot puts its warps along the batch axis (so at most
+    # G), the rank-1 updates want 256 outputs a warp (8 a thread) or more
+    warps = min(warps, G) if kind != "ieee" else max(1, min(warps, G * bm * bn // 256))
     sa = a.stride(0) if a.dim() == 3 and a.shape[0] > 1 else 0
     sb = b.stride(0) if b.dim() == 3 and b.shape[0] > 1 else 0
     meta = dict(G=G, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PRECISION=tl_precision(precision),
