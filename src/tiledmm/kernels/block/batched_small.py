@@ -11,8 +11,8 @@ sit on a leading axis of the program's tensors:
 * 16-bit inputs and tf32: a 3-D ``tl.dot`` ([G, BM, BK] x [G, BK, BN]) on the tensor cores
   (blocks of at least 16: the smallest tensor-core product Triton takes);
 * exact float32 ('ieee'): no tensor cores -- K rank-1 updates, ``acc[g, m, n] += A[g, m, k] *
-  B[g, k, n]`` in fp32 (the lectures' inner product, one k at a time for G x BM x BN outputs),
-  so blocks may be as small as 4.
+  B[g, k, n]`` in fp32 (the lectures' loop over k, for G x BM x BN outputs at once), so blocks
+  may be as small as 4.
 
 G is set so that the fp32 accumulator holds about ``ACC`` elements (the config's), at most 64
 products, and at most a quarter of an SM's share of the batch (enough programs to fill every SM
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from . import _vcommon as V
 from ._vcommon import cdiv, index_of, kind_of, num_sms, tl_precision
-from .heuristics import Traits
+from .heuristics import _BEST_INTENSITY, Traits
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -53,7 +53,8 @@ def batched_small_kernel(a_ptr, b_ptr, c_ptr, n_batch, M, N, K,
                          PRECISION: tl.constexpr, HAS_BETA: tl.constexpr, ALPHA_ONE: tl.constexpr,
                          UPCAST: tl.constexpr):
     """Program p: C[g] = alpha * A[g] @ B[g] + beta * C[g] for the G batch entries g = p*G .. p*G+G-1
-    (those below ``n_batch``), each a whole product of at most BLOCK_M x BLOCK_N x BLOCK_K."""
+    (those below ``n_batch``), each a whole product of at most BLOCK_M x BLOCK_N x BLOCK_K (the
+    rank-1 updates loop over K itself: BLOCK_K only sizes the tensor cores' K)."""
     g = tl.program_id(0).to(tl.int64) * G + tl.arange(0, G)
     in_batch = g < n_batch
     rows = tl.arange(0, BLOCK_M).to(tl.int64)
@@ -129,7 +130,7 @@ def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1)
     block the call's own M, N or K outgrows); none where the product is larger than MAX_DIM."""
     if max(M, N, K) > MAX_DIM:
         return []
-    want = blocks(M, N, K, "ieee" if any(c["BLOCK_M"] < 16 for c in configs) else "16bit")
+    want = blocks(M, N, K, "ieee" if any(c["BLOCK_M"] < 16 for c in configs) else "16bit")   # only ieee's < 16
     return [c for c in configs if (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]) == want]
 
 
@@ -142,17 +143,12 @@ SPEED = {"16bit": 0.3, "tf32": 0.3, "ieee": 0.5}
 
 
 def _speed(p, config: dict) -> float:
-    from .heuristics import _BEST_INTENSITY
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
     return SPEED[p.kind] / min(1.0, bm * bn / (bm + bn) / _BEST_INTENSITY)
 
 
 TRAITS = Traits(speed=_speed)
 _kernel = V.Launcher(batched_small_kernel)
-
-
-def _batch_of(t) -> int:
-    return t.shape[0] if t.dim() == 3 else 1
 
 
 def applicable(a, b, c, precision, alpha=1.0, beta=0.0) -> bool:
@@ -193,7 +189,8 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     warps = min(warps, G) if kind != "ieee" else max(1, min(warps, G * bm * bn // 256))
     sa = a.stride(0) if a.dim() == 3 and a.shape[0] > 1 else 0
     sb = b.stride(0) if b.dim() == 3 and b.shape[0] > 1 else 0
-    meta = dict(G=G, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PRECISION=tl_precision(precision),
+    meta = dict(G=G, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk if kind != "ieee" else 1,   # ieee: one compile for all K
+                PRECISION=tl_precision(precision),
                 HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0,
                 UPCAST=V.emulating() and a.dtype == torch.bfloat16)
     _kernel((cdiv(batch, G),), (a, b, c, batch, M, N, K, sa, a.stride(-2), a.stride(-1), sb, b.stride(-2),
