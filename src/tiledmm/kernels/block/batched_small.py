@@ -8,11 +8,11 @@ program computes G whole products: each product's M, N and K are padded to power
 of at most 32 (masked loads read zeros past the edges, the store is masked), and the G products
 sit on a leading axis of the program's tensors:
 
-* 16-bit inputs and tf32: a 3-D ``tl.dot`` ([G, BM, BK] x [G, BK, BN]) on the tensor cores
-  (blocks of at least 16: the smallest tensor-core product Triton takes);
-* exact float32 ('ieee'): no tensor cores -- K rank-1 updates, ``acc[g, m, n] += A[g, m, k] *
-  B[g, k, n]`` in fp32 (the lectures' loop over k, for G x BM x BN outputs at once), so blocks
-  may be as small as 4.
+one 3-D ``tl.dot`` ([G, BM, BK] x [G, BK, BN] -> [G, BM, BN], accumulated in fp32): on the
+tensor cores (mma.sync: a 3-D dot has no wgmma form) for 16-bit inputs and tf32, as FMAs for
+exact float32 ('ieee', ``input_precision="ieee"``). Triton (3.6 and 3.9) takes K blocks of 16 or
+more and M, N blocks of any size; here M and N blocks are at least 16 on the tensor cores (their
+smallest product) and 8 for the FMAs, so a 4 x 4 x 4 product is padded to 8 x 8 x 16 in fp32.
 
 G is set so that the fp32 accumulator holds about ``ACC`` elements (the config's), at most 64
 products, and at most a quarter of an SM's share of the batch (enough programs to fill every SM
@@ -53,38 +53,24 @@ def batched_small_kernel(a_ptr, b_ptr, c_ptr, n_batch, M, N, K,
                          PRECISION: tl.constexpr, HAS_BETA: tl.constexpr, ALPHA_ONE: tl.constexpr,
                          UPCAST: tl.constexpr):
     """Program p: C[g] = alpha * A[g] @ B[g] + beta * C[g] for the G batch entries g = p*G .. p*G+G-1
-    (those below ``n_batch``), each a whole product of at most BLOCK_M x BLOCK_N x BLOCK_K (the
-    rank-1 updates loop over K itself: BLOCK_K only sizes the tensor cores' K)."""
+    (those below ``n_batch``), each a whole product of at most BLOCK_M x BLOCK_N x BLOCK_K."""
     g = tl.program_id(0).to(tl.int64) * G + tl.arange(0, G)
     in_batch = g < n_batch
     rows = tl.arange(0, BLOCK_M).to(tl.int64)
     cols = tl.arange(0, BLOCK_N).to(tl.int64)
-    if PRECISION == "ieee":
-        # exact fp32: one rank-1 update per k, read straight from A's column k and B's row k
-        a_col = a_ptr + g[:, None] * stride_ab + rows[None, :] * stride_am          # [G, BM]
-        b_row = b_ptr + g[:, None] * stride_bb + cols[None, :] * stride_bn          # [G, BN]
-        a_in = in_batch[:, None] & (rows[None, :] < M)
-        b_in = in_batch[:, None] & (cols[None, :] < N)
-        acc = tl.zeros((G, BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, K):
-            a_k = tl.load(a_col + k * stride_ak, mask=a_in, other=0.0).to(tl.float32)
-            b_k = tl.load(b_row + k * stride_bk, mask=b_in, other=0.0).to(tl.float32)
-            acc += a_k[:, :, None] * b_k[:, None, :]
+    ks = tl.arange(0, BLOCK_K).to(tl.int64)
+    # the slides' two boundary rules, per product: zeros past M, N, K on load, nothing stored past M, N
+    a_at = a_ptr + g[:, None, None] * stride_ab + rows[None, :, None] * stride_am + ks[None, None, :] * stride_ak
+    b_at = b_ptr + g[:, None, None] * stride_bb + ks[None, :, None] * stride_bk + cols[None, None, :] * stride_bn
+    a = tl.load(a_at, mask=in_batch[:, None, None] & (rows[None, :, None] < M) & (ks[None, None, :] < K), other=0.0)
+    b = tl.load(b_at, mask=in_batch[:, None, None] & (ks[None, :, None] < K) & (cols[None, None, :] < N), other=0.0)
+    if UPCAST:  # emulation only: the Triton interpreter's bf16 tl.dot returns garbage (triton 3.9)
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    if PRECISION == "none":
+        acc = tl.dot(a, b)                                  # [G, BM, BN] in fp32: G products at once
     else:
-        ks = tl.arange(0, BLOCK_K).to(tl.int64)
-        a_at = a_ptr + g[:, None, None] * stride_ab + rows[None, :, None] * stride_am + ks[None, None, :] * stride_ak
-        b_at = b_ptr + g[:, None, None] * stride_bb + ks[None, :, None] * stride_bk + cols[None, None, :] * stride_bn
-        a = tl.load(a_at, mask=in_batch[:, None, None] & (rows[None, :, None] < M) & (ks[None, None, :] < K),
-                    other=0.0)
-        b = tl.load(b_at, mask=in_batch[:, None, None] & (ks[None, :, None] < K) & (cols[None, None, :] < N),
-                    other=0.0)
-        if UPCAST:  # emulation only: the Triton interpreter's bf16 tl.dot returns garbage (triton 3.9)
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
-        if PRECISION == "none":
-            acc = tl.dot(a, b)
-        else:
-            acc = tl.dot(a, b, input_precision=PRECISION)
+        acc = tl.dot(a, b, input_precision=PRECISION)      # 'ieee': FMAs, exact fp32; 'tf32': tensor cores
     c_at = c_ptr + g[:, None, None] * stride_cb + rows[None, :, None] * stride_cm + cols[None, None, :] * stride_cn
     inside = in_batch[:, None, None] & (rows[None, :, None] < M) & (cols[None, None, :] < N)
     _epilogue(c_at, acc, inside, alpha, beta, ALPHA_ONE, HAS_BETA)
@@ -98,15 +84,19 @@ def _floor_pow2(x: int) -> int:
     return 1 << (max(1, x).bit_length() - 1)
 
 
+LEAST_K = 16                            # tl.dot's smallest K block (Triton's min_dot_size, 16- and 32-bit)
+
+
 def least_block(kind: str) -> int:
-    """The smallest block: 16 on the tensor cores (tl.dot), 4 for the exact fp32 rank-1 updates."""
-    return 4 if kind == "ieee" else 16
+    """The smallest M and N block: 16 on the tensor cores, 8 for the exact fp32 FMAs."""
+    return 8 if kind == "ieee" else 16
 
 
 def blocks(M: int, N: int, K: int, kind: str) -> tuple[int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K): M, N, K rounded up to powers of two, at least ``least_block``."""
+    """(BLOCK_M, BLOCK_N, BLOCK_K): M, N, K rounded up to powers of two, at least ``least_block``
+    (M, N) and LEAST_K (K)."""
     lo = least_block(kind)
-    return max(lo, _pow2(M)), max(lo, _pow2(N)), max(lo, _pow2(K))
+    return max(lo, _pow2(M)), max(lo, _pow2(N)), max(LEAST_K, _pow2(K))
 
 
 def _c(bm: int, bn: int, bk: int, acc: int, warps: int) -> dict:
@@ -114,8 +104,8 @@ def _c(bm: int, bn: int, bk: int, acc: int, warps: int) -> dict:
 
 
 # every block combination, each with two accumulator budgets (32 fp32 registers a thread either way)
-_SIZES = {"16bit": (16, 32), "tf32": (16, 32), "ieee": (4, 8, 16, 32)}
-CONFIGS = {kind: [_c(bm, bn, bk, acc, warps) for bm in s for bn in s for bk in s
+_SIZES = {"16bit": (16, 32), "tf32": (16, 32), "ieee": (8, 16, 32)}
+CONFIGS = {kind: [_c(bm, bn, bk, acc, warps) for bm in s for bn in s for bk in (16, 32)
                   for acc, warps in ((4096, 4), (8192, 8))] for kind, s in _SIZES.items()}
 
 
@@ -138,7 +128,7 @@ def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1)
 # padded product: the model's tile-reuse factor (intensity) describes shared-memory-fed tensor cores,
 # which this kernel does not use, so it is divided out (as heuristics.gluon_speed does). Guesses until
 # scripts/bench_batched_small.py has run on the H100: 3-D dots run as mma.sync on tiny tiles (~0.3),
-# the rank-1 updates at about half the FMA peak (loads beside every FMA).
+# the FMA dot at about half the FMA peak (operands through shared memory beside the FMAs).
 SPEED = {"16bit": 0.3, "tf32": 0.3, "ieee": 0.5}
 
 
@@ -184,13 +174,11 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     kind = kind_of(precision)
     cfg, warps, stages = V.split_meta(config or heuristic(M, N, K, kind))
     G, bm, bn, bk = group(M, N, K, batch, kind, cfg, num_sms(index_of(c)))
-    # no more warps than the products' work: a 3-D dot puts its warps along the batch axis (so at most
-    # G), the rank-1 updates want 256 outputs a warp (8 a thread) or more
-    warps = min(warps, G) if kind != "ieee" else max(1, min(warps, G * bm * bn // 256))
+    # no more warps than products: a 3-D dot puts its warps along the batch axis
+    warps = min(warps, G)
     sa = a.stride(0) if a.dim() == 3 and a.shape[0] > 1 else 0
     sb = b.stride(0) if b.dim() == 3 and b.shape[0] > 1 else 0
-    meta = dict(G=G, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk if kind != "ieee" else 1,   # ieee: one compile for all K
-                PRECISION=tl_precision(precision),
+    meta = dict(G=G, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, PRECISION=tl_precision(precision),
                 HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0,
                 UPCAST=V.emulating() and a.dtype == torch.bfloat16)
     _kernel((cdiv(batch, G),), (a, b, c, batch, M, N, K, sa, a.stride(-2), a.stride(-1), sb, b.stride(-2),
