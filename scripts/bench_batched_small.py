@@ -39,9 +39,9 @@ SWEEP = [2, 8, 32, 128, 512, 2048]
 
 
 def sets(batch, M, K, N, dtype, seed=0) -> list[tuple]:
-    """(a, b, c) input sets, together larger than twice the L2 (at most 8)."""
+    """(a, b, c) input sets, together larger than twice the L2 (at most 32)."""
     per = batch * (M * K + K * N + M * N) * torch.tensor([], dtype=dtype).element_size()
-    n = min(8, max(2, math.ceil(2 * L2_BYTES / per)))
+    n = min(32, max(2, math.ceil(2 * L2_BYTES / per)))
     g = torch.Generator(device="cuda").manual_seed(seed)
     return [(torch.randn((batch, M, K), device="cuda", generator=g).to(dtype),
              torch.randn((batch, K, N), device="cuda", generator=g).to(dtype),

@@ -5,14 +5,13 @@ projections, a mixture of tiny experts) wastes most of the blocked kernel's work
 program per (output tile, batch entry) with tiles of 64 rows or more, so a 8 x 16 x 8 product
 fills an eighth of each tile and each program does almost nothing next to its launch. Here one
 program computes G whole products: each product's M, N and K are padded to power-of-two blocks
-of at most 32 (masked loads read zeros past the edges, the store is masked), and the G products
-sit on a leading axis of the program's tensors:
-
-one 3-D ``tl.dot`` ([G, BM, BK] x [G, BK, BN] -> [G, BM, BN], accumulated in fp32): on the
-tensor cores (mma.sync: a 3-D dot has no wgmma form) for 16-bit inputs and tf32, as FMAs for
-exact float32 ('ieee', ``input_precision="ieee"``). Triton (3.6 and 3.9) takes K blocks of 16 or
-more and M, N blocks of any size; here M and N blocks are at least 16 on the tensor cores (their
-smallest product) and 8 for the FMAs, so a 4 x 4 x 4 product is padded to 8 x 8 x 16 in fp32.
+of at most 32 (masked loads read zeros past the edges, the store is masked), the G products sit
+on a leading axis of the program's tensors, and one 3-D ``tl.dot`` ([G, BM, BK] x [G, BK, BN] ->
+[G, BM, BN], accumulated in fp32) computes them all: on the tensor cores for 16-bit inputs and
+tf32 (mma.sync: a 3-D dot has no wgmma form), as FMAs for exact float32 ('ieee',
+``input_precision="ieee"``). Triton 3.6 takes K blocks of 16 or more (its ``min_dot_size``; 3.9
+also 8 for fp32) and M, N blocks of any size; here M and N blocks are at least 16 on the tensor
+cores (their smallest product) and 8 for the FMAs: a 4 x 4 x 4 product runs as 8 x 8 x 16 in fp32.
 
 G is set so that the fp32 accumulator holds about ``ACC`` elements (the config's), at most 64
 products, and at most a quarter of an SM's share of the batch (enough programs to fill every SM
