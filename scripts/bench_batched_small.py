@@ -143,8 +143,8 @@ def main() -> int:
             print({k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()}, flush=True)
     sw = sweep(KINDS[::2]) if args.sweep else []
 
-    def ms(x):
-        return f"{x * 1e3:8.1f}" if isinstance(x, float) else "   fail "
+    def ms(x):   # a time, None (failed) or "-" (not run)
+        return f"{x * 1e3:8.1f}" if isinstance(x, float) else ("    fail" if x is None else "       -")
 
     def ratio(x, t):
         return f"{t / x:6.2f}" if isinstance(x, float) else "  -   "
@@ -156,7 +156,7 @@ def main() -> int:
         errs = ", ".join(f"{r.get(k + '_err'):.1e}" if isinstance(r.get(k + "_err"), float) else str(r.get(k + "_err"))
                          for k in ("default", "forced", "torch"))
         print(f"{r['shape']:>18s} {r['kind']:4s} {r.get('pick', '-'):>14s} {ms(r.get('default'))} "
-              f"{ms(r.get('forced'))} {ms(r.get('blocked'))} {ms(r['torch'])} {ratio(r.get('default'), r['torch'])} "
+              f"{ms(r.get('forced'))} {ms(r.get('blocked', '-'))} {ms(r['torch'])} {ratio(r.get('default'), r['torch'])} "
               f"{ratio(r.get('forced'), r['torch'])}  {errs}  {'ok' if r['ok'] else 'FAIL'}")
     for line in sw:
         print(line)
