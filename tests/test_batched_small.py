@@ -23,7 +23,7 @@ from tiledmm.kernels.block import matmul as bm  # noqa: E402
 from tiledmm.kernels.block import variants  # noqa: E402
 
 DEV = "cuda" if GPU else "cpu"
-BATCH = 4243 if GPU else 70          # not a multiple of any G; G > 1 either way (checked)
+BATCH = 4243 if GPU else 71          # not a multiple of any G; G > 1 either way (checked)
 KINDS = [(torch.float32, "ieee", 1e-6), (torch.float32, "tf32", 1e-3), (torch.bfloat16, None, 1.5e-2),
          (torch.float16, None, 2e-3)]
 IDS = ["ieee", "tf32", "bf16", "fp16"]
@@ -112,7 +112,7 @@ def test_config_of_a_smaller_class_is_widened():
     _run(a, b, c, None, config=small)
     assert _err(c, a.double() @ b.double()) < 2e-3
     G, bm_, bn_, bk_ = _group(17, 31, 9, BATCH, None, small)
-    assert (bm_, bn_, bk_) == (32, 16, 32) and G * bm_ * bn_ <= small["ACC"]
+    assert (bm_, bn_, bk_) == (32, 16, 32) and G * (bm_ * bk_ + bk_ * bn_ + bm_ * bn_) <= small["ELEMS"]
 
 
 @pytest.mark.parametrize("dtype,precision,tol", KINDS, ids=IDS)
@@ -170,3 +170,32 @@ def test_model_never_picks_it_for_larger_products(dtype, precision, monkeypatch)
     assert _pick(2000, 64, 32, 32, dtype, precision, monkeypatch) != BS.NAME
     assert _pick(BS.MIN_BATCH - 1, 8, 16, 8, dtype, precision, monkeypatch) != BS.NAME
     assert not BS.prune(BS.CONFIGS[V.kind_of(precision)], 512, 512, 512, 132, 4)   # no config for the model
+
+
+# -- on the GPU: the default pick, bound repeat calls, a batch over gridDim.y's limit ----------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,precision,tol", KINDS, ids=IDS)
+def test_gpu_default_pick_and_repeat_calls(dtype, precision, tol, monkeypatch):
+    """tiledmm.matmul's own pick (no variant named) is this kernel, and repeat calls -- the short
+    path's bound launch -- compute each call's own operands."""
+    monkeypatch.setenv("TILEDMM_TABLE", "off")      # the model's pick, not a shipped table's
+    gen = torch.Generator().manual_seed(29)
+    opts = {"precision": precision} if precision else {}
+    for _ in range(3):
+        a, b = _rand((20000, 8, 16), dtype, gen), _rand((20000, 16, 8), dtype, gen)
+        out = torch.full((20000, 8, 8), float("nan"), device=DEV, dtype=dtype)
+        tiledmm.matmul(a, b, out=out, **opts)
+        assert _err(out, a.double() @ b.double()) < tol
+    key = bm.plan_key(a, b, out, precision or "none", 1.0, 0.0)
+    assert bm.choices()[key]["variant"] == BS.NAME
+
+
+@pytest.mark.gpu
+def test_gpu_batch_over_the_grid_limit():
+    gen = torch.Generator().manual_seed(31)
+    batch = variants.MAX_GRID_YZ + 4470
+    a, b = _rand((batch, 3, 5), torch.float32, gen), _rand((batch, 5, 7), torch.float32, gen)
+    c = torch.full((batch, 3, 7), float("nan"), device=DEV)
+    _run(a, b, c, "ieee")
+    assert _err(c, a.double() @ b.double()) < 1e-6

@@ -13,9 +13,12 @@ tf32 (mma.sync: a 3-D dot has no wgmma form), as FMAs for exact float32 ('ieee',
 also 8 for fp32) and M, N blocks of any size; here M and N blocks are at least 16 on the tensor
 cores (their smallest product) and 8 for the FMAs: a 4 x 4 x 4 product runs as 8 x 8 x 16 in fp32.
 
-G is set so that the fp32 accumulator holds about ``ACC`` elements (the config's), at most 64
-products, and at most a quarter of an SM's share of the batch (enough programs to fill every SM
-several times). The grid is cdiv(batch, G) programs on axis 0, so any batch count runs in one
+G is a power of two: G products' tiles (A, B and the fp32 accumulator) hold at most the config's
+``ELEMS`` elements -- 8,192 for 4 warps, 64 a thread: 34-91 registers a thread for the
+configs' tiles, Triton 3.9 for sm_90 (56 for 16 fp32 products of 8 x 8 x 16, 156 for 64) --
+at most 64 products, and at most a quarter of an SM's share of the batch (enough programs to
+fill every SM several times). A 3-D dot puts its warps along the batch axis: a program has at
+most G warps. The grid is cdiv(batch, G) programs on axis 0, so any batch count runs in one
 launch. Any strides; a batch stride of 0 (a 2-D or a batch-1 operand) broadcasts it.
 """
 from __future__ import annotations
@@ -98,20 +101,20 @@ def blocks(M: int, N: int, K: int, kind: str) -> tuple[int, int, int]:
     return max(lo, _pow2(M)), max(lo, _pow2(N)), max(LEAST_K, _pow2(K))
 
 
-def _c(bm: int, bn: int, bk: int, acc: int, warps: int) -> dict:
-    return V.cfg(bm, bn, bk, warps, 1, ACC=acc)
+def _c(bm: int, bn: int, bk: int, elems: int, warps: int) -> dict:
+    return V.cfg(bm, bn, bk, warps, 1, ELEMS=elems)
 
 
-# every block combination, each with two accumulator budgets (32 fp32 registers a thread either way)
+# every block combination, with 4 or 8 warps (64 tile elements a thread either way)
 _SIZES = {"16bit": (16, 32), "tf32": (16, 32), "ieee": (8, 16, 32)}
-CONFIGS = {kind: [_c(bm, bn, bk, acc, warps) for bm in s for bn in s for bk in (16, 32)
-                  for acc, warps in ((4096, 4), (8192, 8))] for kind, s in _SIZES.items()}
+CONFIGS = {kind: [_c(bm, bn, bk, elems, warps) for bm in s for bn in s for bk in (16, 32)
+                  for elems, warps in ((8192, 4), (16384, 8))] for kind, s in _SIZES.items()}
 
 
 def heuristic(M: int, N: int, K: int, kind: str) -> dict:
     """The config whose blocks are this product's, 4 warps."""
     bm, bn, bk = blocks(M, N, K, kind)
-    return _c(bm, bn, bk, 4096, 4)
+    return _c(bm, bn, bk, 8192, 4)
 
 
 def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1) -> list[dict]:
@@ -158,11 +161,12 @@ def applicable(a, b, c, precision, alpha=1.0, beta=0.0) -> bool:
 
 def group(M: int, N: int, K: int, batch: int, kind: str, config: dict, sms: int) -> tuple[int, int, int, int]:
     """(G, BLOCK_M, BLOCK_N, BLOCK_K) for one call: the config's blocks, widened where the call's own
-    M, N or K outgrows them (``blocks``); G a power of two with G x BLOCK_M x BLOCK_N at most the
-    config's ACC, at most MAX_G, and at most a quarter of each SM's share of the batch (so that every
-    SM gets four programs or more)."""
+    M, N or K outgrows them (``blocks``); G a power of two whose G tiles of A, B and C hold at most the
+    config's ELEMS elements, at most MAX_G, and at most a quarter of each SM's share of the batch (so
+    that every SM gets four programs or more)."""
     bm, bn, bk = (max(x, config[k]) for x, k in zip(blocks(M, N, K, kind), ("BLOCK_M", "BLOCK_N", "BLOCK_K")))
-    g = min(MAX_G, _floor_pow2(config.get("ACC", 4096) // (bm * bn)), _floor_pow2(batch // (4 * sms)))
+    per_product = bm * bk + bk * bn + bm * bn
+    g = min(MAX_G, _floor_pow2(config.get("ELEMS", 8192) // per_product), _floor_pow2(batch // (4 * sms)))
     return g, bm, bn, bk
 
 
