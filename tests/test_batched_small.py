@@ -4,7 +4,8 @@ Against float64, on Triton's interpreter here (toy batches) and on the GPU where
 (the same tests, a larger batch): every kind, ragged M/N/K, broadcast and strided operands,
 alpha/beta, NaN-poisoned outputs, batch counts that are not a multiple of G, a config from a
 smaller class. And the model (heuristics.py) with the dispatcher's candidates: it picks this
-variant for a batch of tiny products and never for larger ones.
+variant for a batch of tiny products and never for larger ones. GPU only: tiledmm.matmul's own pick
+and its bound repeat calls, a batch over gridDim.y's 65,535.
 """
 from __future__ import annotations
 
