@@ -36,8 +36,8 @@ NAME = "batched-small"
 REPLAYABLE = True     # one FastKernel launch on (a, b, c): fastlaunch.replay binds it per exact signature
 MAX_DIM = 32          # largest M, N and K it takes (blocks of up to 32 x 32 x 32)
 # fewest batch entries it is offered for: any batch. A small batch gets G = 1, one program per product
-# with blocks of at most 32 where the blocked kernel runs one 64-row tile or more per product: no more
-# work, and as many programs. (The dispatcher's plan key has no batch count: a class's first call
+# with blocks of at most 32 where the blocked kernel runs a tile of 64 x 64 or more (16 x 128 for few
+# rows) per product: less work, and as many programs. (The dispatcher's plan key has no batch count: a class's first call
 # decides for its later ones, so a threshold here would leave a class first met with a small batch on
 # the blocked kernel.) Unmeasured: scripts/bench_batched_small.py --sweep times both from batch 2 up.
 MIN_BATCH = 2
