@@ -24,7 +24,7 @@ from typing import Callable
 
 from ..._backend import emulating
 from . import configs as C
-from . import gluon_gemm, kmajor_cache, splitk, tma_copy
+from . import batched_small, gluon_gemm, kmajor_cache, splitk, tma_copy
 from . import heuristics as H
 from ._vcommon import cdiv, hopper, tma_ok
 from ._vcommon import fast as _fast
@@ -233,7 +233,7 @@ GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune, epilogue=True,
 
 SPLITK = from_module(splitk)
 ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, with_kmajor(SPLITK), from_module(tma_copy),
-       SIMT_ASYNC, GLUON]
+       SIMT_ASYNC, replace(from_module(batched_small), splits_batch=True), GLUON]
 # opt-in only (variant="tma-kcache"): its cache of K-major copies trusts torch's version counter, which
 # writes from outside torch (CuPy, numba, a raw pointer) do not bump
 OPT_IN = [from_module(kmajor_cache)]
