@@ -92,3 +92,19 @@ if [[ $what == *" tables "* ]]; then
   python3 scripts/build_tables.py --out "$OUT/table.json" --dtypes "${TABLE_DTYPES:-bf16,tf32,fp32,fp16}" \
     --budget-s "${TABLE_BUDGET:-500}" 2>&1 | tee "$OUT/build_tables.txt" | tail -40
 fi
+if [[ $what == *" ops "* ]]; then
+  stamp "GPU tests: the operators, enable(), nn, OpInfo, batched-small, the shipped table"
+  python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 300 tests/test_torch_op.py tests/test_enable.py tests/test_nn.py \
+    tests/test_opinfo.py tests/test_batched_small.py tests/test_shipped_table.py tests/test_gluon_launch.py 2>&1 \
+    | tee "$OUT/gpu_ops.log" | tail -6
+  stamp "batched small products vs torch"
+  timeout 150 python3 scripts/bench_batched_small.py 2>&1 | tee "$OUT/bench_batched_small.txt" | tail -24
+fi
+if [[ $what == *" workload "* ]]; then
+  stamp "issue 22: first call, random-M loop, per call (bytecode compiled as pip leaves it)"
+  python3 scripts/bench_dispatch.py --parts first,loop,percall --bytecode --budget-s ${DISPATCH_BUDGET:-170} \
+    --out "$OUT/bench_dispatch.json" 2>&1 | tee "$OUT/bench_dispatch.txt" | tail -16
+  stamp "issue 23: Linear gelu and GPT-2 small"
+  timeout ${TORCHOP_BUDGET:-200} python3 scripts/bench_torch_op.py --only ${TORCHOP_ONLY:-all} --out "$OUT" 2>&1 \
+    | tee "$OUT/bench_torch_op.txt" | tail -12
+fi
