@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from tiledmm import _backend, tuning
+from tiledmm import _backend, api, tuning
 from tiledmm.analysis.device import properties
 from tiledmm.kernels.block import configs as C
 from tiledmm.kernels.block import heuristics as H
@@ -22,13 +22,19 @@ def fresh(monkeypatch, tmp_path):
     monkeypatch.setattr(shipped, "TABLES", tmp_path / "tables")
     shipped._load.cache_clear()
     tuning.forget()
-    bm._forget_plans()
+    _forget()
     bm.forget_choices()
     yield tmp_path / "tables"
     tuning.forget()
-    bm._forget_plans()
+    _forget()
     bm.forget_choices()
     shipped._load.cache_clear()
+
+
+def _forget():
+    """No plan and no bound short-path launch left (the next call of a class resolves afresh)."""
+    bm._forget_plans()
+    api._fast_plans.clear()
 
 
 def _call(m, k, n):
@@ -80,7 +86,7 @@ def test_a_neighbour_class_one_bucket_away_uses_it_two_do_not(fresh):
     model, other = _other_than_model(a, b, c)
     _write_table(fresh, a, b, c, other, shift=(1, 0, 0))        # M's bucket one up
     assert _chosen(a, b, c)["source"] == "table"
-    bm._forget_plans()
+    _forget()
     shipped._load.cache_clear()
     _write_table(fresh, a, b, c, other, shift=(2, 0, 0))        # replaces nothing: another class, 2 away
     (fresh / f"{shipped.slug(properties(0).name)}.json").unlink()
@@ -152,6 +158,7 @@ def test_shipped_tables_name_runnable_choices():
     """Every table in the package: its GPU's name, and entries naming a variant that exists with a
     config the variant offers (or a config that fits the GPU's shared memory), in a known layout."""
     files = sorted(shipped.TABLES.glob("*.json"))
+    assert [f.stem for f in files] == ["nvidia-h100-80gb-hbm3"]         # the GPUs measured so far
     for f in files:
         doc = json.loads(f.read_text())
         assert doc["format"] == shipped.FORMAT and shipped.slug(doc["gpu"]) == f.stem
