@@ -211,3 +211,52 @@ def test_a_second_process_launches_without_the_jit(tmp_path):
     first, second = rows
     assert first["ok"] and first["direct"] and first["jit_runs"] >= 1
     assert second == dict(ok=True, jit_runs=0, triton_key=False, direct=True)
+
+
+_GLUON_CHILD = r"""
+import json, torch, triton, tiledmm
+from triton.runtime import jit
+from triton.runtime.cache import triton_key
+from tiledmm.kernels.block import gluon_gemm
+runs = [0]
+real = jit.JITFunction.run
+def counted(self, *a, **k):
+    runs[0] += 1
+    return real(self, *a, **k)
+jit.JITFunction.run = counted
+ok = True
+for M in (512, 300):                 # the second call: the bound launch, another M
+    a = torch.randn(M, 256, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(256, 384, device="cuda", dtype=torch.bfloat16)
+    c = torch.full((M, 384), float("nan"), device="cuda", dtype=torch.bfloat16)
+    gluon_gemm.launch(a, b, c, precision="none", config=gluon_gemm.heuristic(M, 384, 256, "16bit"))
+    ref = a.double() @ b.double()
+    ok = ok and bool(((c.double() - ref).norm() / ref.norm()) < 1e-2)
+print(json.dumps(dict(ok=ok, jit_runs=runs[0], triton_key=triton_key.cache_info().currsize > 0)))
+"""
+
+
+@pytest.mark.gpu
+def test_the_gluon_kernel_in_a_second_process_launches_without_the_jit(tmp_path):
+    """gluon-ws's first call in a new process finds its kernel through the index too (Gluon's JIT
+    would compute triton_key: ~0.45 s), and launches it bound, right."""
+    import os
+    import subprocess
+    import sys
+    from tiledmm.kernels.block import gluon_gemm
+    if triton.__version__ not in _adapter.TRITON_CHECKED or not gluon_gemm._is_hopper():
+        pytest.skip("the index and gluon-ws: Triton 3.6 on a Hopper GPU")
+    src = str(__import__("pathlib").Path(_adapter.__file__).parents[1])
+    env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path / "tiledmm"), TILEDMM_QUIET="1",
+               TRITON_CACHE_DIR=str(tmp_path / "triton"),
+               PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
+    env.pop("TILEDMM_KERNEL_INDEX", None)
+    rows = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", _GLUON_CHILD], env=env, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    first, second = rows
+    assert first["ok"] and first["jit_runs"] >= 1
+    assert second == dict(ok=True, jit_runs=0, triton_key=False)

@@ -342,6 +342,30 @@ def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: 
     _bound[spec] = _PUBLIC
 
 
+def _index_key(spec: tuple, config: dict):
+    """tiledmm's kernel-index key of a specialisation (``_adapter.index_key``): ``spec`` but the
+    device index (the GPU target stands for it), with the loader's registers."""
+    return _adapter.index_key(_kernel().gluon_ws_kernel, {"LOADER_REGS": LOADER_REGS}, config["num_warps"],
+                              config["num_stages"], spec[:-2] + (spec[-1],))
+
+
+def _from_index(spec, a, b, c, config, sms, a_t, b_t, flags):
+    """A specialisation compiled by an earlier process, found through tiledmm's kernel index
+    (no Gluon JIT, no ``triton_key``) and bound: its _Bound, or None (not there, or not bindable:
+    then Gluon's own launch compiles or finds it)."""
+    ck = _adapter.load_compiled(_index_key(spec, config), _kernel().gluon_ws_kernel)
+    if ck is None:
+        return None
+    plan = descriptor_plan(a, b, c, config, sms)
+    descs = [_kernel().descriptor(*plan[x]) for x in "abc"]
+    _bind(spec, ck, descs, config, sms, a_t, b_t, flags)
+    bound = _bound.get(spec)
+    if isinstance(bound, _Bound):
+        return bound
+    _bound.pop(spec, None)
+    return None
+
+
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, bias_mode=0, act="none") -> None:
     """Enqueue c = act(alpha * a @ b + beta * c + bias) on torch's current stream (no host sync).
     A partial ``config`` is completed from ``heuristic``'s; ``bias_mode`` 1: ``bias`` has one value
@@ -368,9 +392,13 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
         with _bind_lock:        # one thread compiles and binds a specialisation; the others wait
             bound = _bound.get(spec)
             if bound is None:
-                ck, descs = _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
-                _bind(spec, ck, descs, config, sms, a_t, b_t, (beta != 0.0, alpha == 1.0, bias_mode, act))
-                return
+                flags = (beta != 0.0, alpha == 1.0, bias_mode, act)
+                bound = _from_index(spec, a, b, c, config, sms, a_t, b_t, flags)
+                if bound is None:
+                    ck, descs = _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
+                    _bind(spec, ck, descs, config, sms, a_t, b_t, flags)
+                    _adapter.remember_compiled(_index_key(spec, config), ck)
+                    return
     if bound is _PUBLIC:
         _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
         return
