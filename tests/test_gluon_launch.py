@@ -65,6 +65,7 @@ class _Fake:
 
         metas = [{"swizzle": 128, "desc": i} for i in range(3)]
         monkeypatch.setattr(G, "_public", public)
+        monkeypatch.setattr(G, "_from_index", lambda *a, **k: None)   # (tests/test_kernel_index.py: the index)
         td = G._adapter.TensorDescLaunch(raw, False, False, "fn", "packed", expand, metas,
                                          params or kmod.RUNTIME + kmod.CONSTEXPRS)
         monkeypatch.setattr(G._adapter, "tensordesc_launch", lambda ck, descs: td if direct else None)
