@@ -108,3 +108,18 @@ if [[ $what == *" workload "* ]]; then
   timeout ${TORCHOP_BUDGET:-200} python3 scripts/bench_torch_op.py --only ${TORCHOP_ONLY:-all} --out "$OUT" 2>&1 \
     | tee "$OUT/bench_torch_op.txt" | tail -12
 fi
+if [[ $what == *" final8 "* ]]; then
+  stamp "GPU tests: kernel index, gluon-ws, the shipped table, batched-small"
+  python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 300 tests/test_kernel_index.py tests/test_gluon.py \
+    tests/test_gluon_launch.py tests/test_shipped_table.py tests/test_batched_small.py 2>&1 | tee "$OUT/gpu_final.log" | tail -4
+  stamp "the random-M loop, bf16"
+  python3 scripts/bench_dispatch.py --parts loop --dtypes bf16 --bytecode --budget-s 90 --out "$OUT/loop_bf16.json" 2>&1 | tail -4
+  for p in bf16 fp16 tf32; do
+    suites="--suite square --suite irregular --suite transformer"; [[ $p == bf16 ]] && suites="$suites --suite llm"
+    stamp "bench $p (the default: shipped table, else the model) vs torch"
+    timeout ${BENCH_S:-150} python3 -m tiledmm bench $suites -k triton -p $p --repeats 3 --out "$OUT/bench_$p" \
+      > "$OUT/bench_$p.txt" 2>&1; tail -3 "$OUT/bench_$p.txt"
+  done
+  stamp "GPT-2 step profile"
+  timeout 60 python3 scripts/profile_workload.py --parts gpt2 --out "$OUT/prof" 2>&1 | tail -4
+fi
