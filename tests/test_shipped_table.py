@@ -58,7 +58,7 @@ def _write_table(folder, a, b, c, config, shift=(0, 0, 0)):
     cls = tuple(x + s for x, s in zip(cls, shift))
     p = properties(0)
     shipped.write(folder / f"{shipped.slug(p.name)}.json", p.name, p.num_sms,
-                  [shipped.entry(layout, cls, "blocked", config, 1.0, "model", 2.0)], {"test": True})
+                  [shipped.entry(layout, cls, "blocked", config, 1.0, "model", 2.0, rotated=True)], {"test": True})
     return key
 
 
@@ -131,10 +131,27 @@ def test_an_entry_whose_variant_cannot_run_is_skipped(fresh):
     p = properties(0)
     shipped.write(fresh / f"{shipped.slug(p.name)}.json", p.name, p.num_sms,
                   [shipped.entry(layout, cls, "tma", C.TMA["ieee"][0] if C.TMA.get("ieee") else C.EMULATION,
-                                 1.0, None, None),
-                   shipped.entry(layout, (cls[0] + 1, cls[1], cls[2]), "no-such-variant", C.EMULATION, 1.0, None, None)],
+                                 1.0, None, None, rotated=True),
+                   shipped.entry(layout, (cls[0] + 1, cls[1], cls[2]), "no-such-variant", C.EMULATION, 1.0, None, None,
+                                 rotated=True)],
                   {})
     assert _chosen(a, b, c)["source"] == "model"      # tma needs Hopper; the other name is unknown
+
+
+def test_entries_timed_on_one_operand_set_count_only_where_l2_cannot_hold_them():
+    """A table entry timed without rotated operands (session 8's first H100 table) stands only for
+    classes whose operands exceed L2 or that are compute-bound; rotated entries always do."""
+    small = {"class": [5, 12, 12]}                 # 32 x 4096 x 4096 bf16: 33.8 MB < 50 MB, memory-bound
+    wide = {"class": [5, 13, 13]}                  # 32 x 8192 x 8192: 134 MB of operands
+    square = {"class": [10, 10, 10]}               # 1024^3: in L2, but compute-bound
+    l2 = 50 * 2 ** 20
+    assert not shipped.trusted(small, 2, l2) and shipped.trusted(dict(small, rotated=True), 2, l2)
+    assert shipped.trusted(wide, 2, l2) and shipped.trusted(square, 2, l2)
+    assert shipped.trusted(small, 4, l2)           # fp32: 67.6 MB
+    table = {"index": {"L": [dict(small, layout="L"), dict(wide, layout="L")]}}
+    key = ("L",) * 10 + ((5, 12, 13),) + ("L",) * 3 + (0,)
+    table["index"] = {shipped.split_key(key)[0]: [dict(small), dict(wide)]}
+    assert [e["class"] for e in shipped.nearest(table, key, 2, l2)] == [[5, 13, 13]]
 
 
 def test_timed_choices_become_entries(fresh, monkeypatch):
@@ -149,7 +166,7 @@ def test_timed_choices_become_entries(fresh, monkeypatch):
     (e,) = bm.table_entries()
     layout, cls = shipped.split_key(bm.plan_key(a, b, c, "ieee", 1.0, 0.0))
     assert e["layout"] == layout and tuple(e["class"]) == cls and e["variant"] == ch["variant"]
-    assert e["timed_ms"] > 0 and e["model_ms"] >= e["timed_ms"]
+    assert e["timed_ms"] > 0 and e["model_ms"] >= e["timed_ms"] and e["rotated"] is True
     n = shipped.write(fresh / "t.json", "gpu", 4, [e], {})
     assert n == 1 and json.loads((fresh / "t.json").read_text())["entries"][0]["config"] == ch["config"]
 

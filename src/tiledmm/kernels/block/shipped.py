@@ -25,6 +25,7 @@ from pathlib import Path
 TABLES = Path(__file__).with_name("tables")
 FORMAT = 1
 MAX_STEP = 1          # the farthest a neighbour class may be, in log2 buckets, along each of M, N, K
+COMPUTE = 512         # a class with M, N and K all at least this is compute-bound (see ``trusted``)
 
 
 def enabled() -> bool:
@@ -64,22 +65,35 @@ def table_for(gpu_name: str, sms: int, folder: Path | None = None) -> dict | Non
     return t
 
 
-def nearest(table: dict, key: tuple) -> list[dict]:
-    """The table's entries for ``key``'s layout within MAX_STEP buckets of its class, nearest
+def trusted(e: dict, esize: int, l2_bytes: int) -> bool:
+    """Whether an entry's timing stands for a user's calls: timed on rotated operand sets (tables
+    written from session 8's tuner on), or -- entries timed on one operand set -- a class whose
+    smallest member's operands exceed L2 or which is compute-bound (M, N and K all >= COMPUTE):
+    a memory-bound product whose operands stayed in L2 timed the cache (H100: 32x5120x5120 bf16
+    timed 23 us there, 45 us through the API with operands rotated)."""
+    if e.get("rotated"):
+        return True
+    m, n, k = (2 ** x for x in e["class"])
+    return (m * k + k * n) * esize > l2_bytes or min(m, n, k) >= COMPUTE
+
+
+def nearest(table: dict, key: tuple, esize: int = 2, l2_bytes: int = 50 * 2 ** 20) -> list[dict]:
+    """The table's trusted entries for ``key``'s layout within MAX_STEP buckets of its class, nearest
     first (sum of bucket distances, then the distance in M, then the larger class)."""
     layout, cls = split_key(key)
     out = []
     for e in table["index"].get(layout, ()):
         d = [abs(x - y) for x, y in zip(e["class"], cls)]
-        if max(d) <= MAX_STEP:
+        if max(d) <= MAX_STEP and trusted(e, esize, l2_bytes):
             out.append(((sum(d), d[0], -sum(e["class"])), e))
     return [e for _, e in sorted(out, key=lambda x: x[0])]
 
 
 def entry(layout: str, cls: tuple, variant: str, config: dict, timed_ms: float | None,
-          model: str | None, model_ms: float | None) -> dict:
+          model: str | None, model_ms: float | None, rotated: bool = False) -> dict:
+    """One table entry; ``rotated``: timed on operand sets rotated past L2 (``trusted``)."""
     return {"layout": layout, "class": list(cls), "variant": variant, "config": dict(config),
-            "timed_ms": timed_ms, "model": model, "model_ms": model_ms}
+            "timed_ms": timed_ms, "model": model, "model_ms": model_ms, "rotated": rotated}
 
 
 def write(path: Path, gpu_name: str, sms: int, entries: list[dict], about: dict) -> int:
