@@ -23,3 +23,16 @@ class Compiled:
 
     def __init__(self, run, function="fn"):
         self.function, self.packed_metadata, self.run = function, "meta", run
+
+
+def direct_launches(monkeypatch, slow) -> None:
+    """fastlaunch as on a GPU with direct launches on, every compile answered by ``slow(self, grid,
+    args)`` (a FastKernel method returning a Compiled), stream 9, scratch from host memory."""
+    import torch
+    from tiledmm import _adapter
+    from tiledmm.kernels.block import fastlaunch
+    monkeypatch.setattr(fastlaunch, "emulating", lambda: False)
+    monkeypatch.setattr(fastlaunch.FastKernel, "_slow", slow)
+    monkeypatch.setattr(fastlaunch, "current_stream", lambda: 9)
+    monkeypatch.setattr(fastlaunch, "_scratch", lambda n: torch.empty(n, dtype=torch.int8))
+    monkeypatch.setattr(_adapter, "_direct", True)

@@ -169,19 +169,22 @@ def test_emulated_fastkernel_never_consults_the_index(monkeypatch):
     assert torch.equal(x, torch.arange(10, dtype=torch.int32) + 3)
 
 
-_GPU_CHILD = r"""
+_COUNT_JIT = r"""
 import json, torch, triton, tiledmm
 from triton.runtime import jit
 from triton.runtime.cache import triton_key
-from tiledmm import _adapter
-from tiledmm._adapter_probe import probe_kernel
-from tiledmm.kernels.block.fastlaunch import FastKernel
 runs = [0]
 real = jit.JITFunction.run
 def counted(self, *a, **k):
     runs[0] += 1
     return real(self, *a, **k)
 jit.JITFunction.run = counted
+"""
+
+_GPU_CHILD = _COUNT_JIT + r"""
+from tiledmm import _adapter
+from tiledmm._adapter_probe import probe_kernel
+from tiledmm.kernels.block.fastlaunch import FastKernel
 x = torch.zeros(1000, dtype=torch.int32, device="cuda")
 FastKernel(probe_kernel, {"BLOCK": 128}, 4, 2)((8,), x, 1000, 11)
 torch.cuda.synchronize()
@@ -191,13 +194,11 @@ print(json.dumps(dict(ok=ok, jit_runs=runs[0], triton_key=triton_key.cache_info(
 """
 
 
-@pytest.mark.gpu
-def test_a_second_process_launches_without_the_jit(tmp_path):
+def _twice(tmp_path, child: str) -> list:
+    """``child`` run in two fresh processes sharing one empty Triton cache: their last JSON lines."""
     import os
     import subprocess
     import sys
-    if triton.__version__ not in _adapter.TRITON_CHECKED:
-        pytest.skip(f"direct launches (and the index) are off on Triton {triton.__version__}")
     src = str(__import__("pathlib").Path(_adapter.__file__).parents[1])
     env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path / "tiledmm"), TILEDMM_QUIET="1",
                TRITON_CACHE_DIR=str(tmp_path / "triton"),
@@ -205,25 +206,23 @@ def test_a_second_process_launches_without_the_jit(tmp_path):
     env.pop("TILEDMM_KERNEL_INDEX", None)
     rows = []
     for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", _GPU_CHILD], env=env, capture_output=True, text=True, timeout=300)
+        r = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr[-2000:]
         rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    first, second = rows
+    return rows
+
+
+@pytest.mark.gpu
+def test_a_second_process_launches_without_the_jit(tmp_path):
+    if triton.__version__ not in _adapter.TRITON_CHECKED:
+        pytest.skip(f"direct launches (and the index) are off on Triton {triton.__version__}")
+    first, second = _twice(tmp_path, _GPU_CHILD)
     assert first["ok"] and first["direct"] and first["jit_runs"] >= 1
     assert second == dict(ok=True, jit_runs=0, triton_key=False, direct=True)
 
 
-_GLUON_CHILD = r"""
-import json, torch, triton, tiledmm
-from triton.runtime import jit
-from triton.runtime.cache import triton_key
+_GLUON_CHILD = _COUNT_JIT + r"""
 from tiledmm.kernels.block import gluon_gemm
-runs = [0]
-real = jit.JITFunction.run
-def counted(self, *a, **k):
-    runs[0] += 1
-    return real(self, *a, **k)
-jit.JITFunction.run = counted
 ok = True
 for M in (512, 300):                 # the second call: the bound launch, another M
     a = torch.randn(M, 256, device="cuda", dtype=torch.bfloat16)
@@ -240,23 +239,9 @@ print(json.dumps(dict(ok=ok, jit_runs=runs[0], triton_key=triton_key.cache_info(
 def test_the_gluon_kernel_in_a_second_process_launches_without_the_jit(tmp_path):
     """gluon-ws's first call in a new process finds its kernel through the index too (Gluon's JIT
     would compute triton_key: ~0.45 s), and launches it bound, right."""
-    import os
-    import subprocess
-    import sys
     from tiledmm.kernels.block import gluon_gemm
     if triton.__version__ not in _adapter.TRITON_CHECKED or not gluon_gemm._is_hopper():
         pytest.skip("the index and gluon-ws: Triton 3.6 on a Hopper GPU")
-    src = str(__import__("pathlib").Path(_adapter.__file__).parents[1])
-    env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path / "tiledmm"), TILEDMM_QUIET="1",
-               TRITON_CACHE_DIR=str(tmp_path / "triton"),
-               PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
-    env.pop("TILEDMM_KERNEL_INDEX", None)
-    rows = []
-    for _ in range(2):
-        r = subprocess.run([sys.executable, "-c", _GLUON_CHILD], env=env, capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        rows.append(json.loads(r.stdout.strip().splitlines()[-1]))
-    first, second = rows
+    first, second = _twice(tmp_path, _GLUON_CHILD)
     assert first["ok"] and first["jit_runs"] >= 1
     assert second == dict(ok=True, jit_runs=0, triton_key=False)

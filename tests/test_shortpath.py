@@ -12,7 +12,7 @@ from tiledmm.kernels.block import fastlaunch, shortpath
 from tiledmm.kernels.block import matmul as bm
 from tiledmm.kernels.block import variants as V
 
-from .standins import Compiled, Launcher
+from .standins import Compiled, Launcher, direct_launches
 
 
 CFG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16, "GROUP_M": 8, "num_warps": 4, "num_stages": 2}
@@ -28,11 +28,7 @@ def standin(monkeypatch):
         ck = Compiled(Launcher(calls, 64 if "NUM_SMS" in self.meta else 0), f"fn{len(compiled)}")
         compiled.append(tuple(map(fastlaunch._arg_key, args)))
         return ck
-    monkeypatch.setattr(fastlaunch, "emulating", lambda: False)
-    monkeypatch.setattr(fastlaunch.FastKernel, "_slow", slow)
-    monkeypatch.setattr(fastlaunch, "current_stream", lambda: 9)
-    monkeypatch.setattr(fastlaunch, "_scratch", lambda n: torch.empty(n, dtype=torch.int8))
-    monkeypatch.setattr(_adapter, "_direct", True)
+    direct_launches(monkeypatch, slow)
     V._fast.cache_clear()
     yield calls, compiled
     V._fast.cache_clear()

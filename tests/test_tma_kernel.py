@@ -22,7 +22,6 @@ from tests.conftest import GPU
 
 torch = pytest.importorskip("torch")
 
-from tiledmm import _adapter  # noqa: E402
 from tiledmm.kernels.block import configs as C  # noqa: E402
 from tiledmm.kernels.block import fastlaunch  # noqa: E402
 from tiledmm.kernels.block import heuristics as H  # noqa: E402
@@ -30,7 +29,7 @@ from tiledmm.kernels.block import tma_persistent as T  # noqa: E402
 from tiledmm.kernels.block import variants as V  # noqa: E402
 from tiledmm.kernels.block._vcommon import KINDS, kind_of  # noqa: E402
 
-from .standins import Compiled, Launcher  # noqa: E402
+from .standins import Compiled, Launcher, direct_launches  # noqa: E402
 
 DEV = "cuda" if GPU else "cpu"
 TOL = {"ieee": 1e-5, "tf32": 3e-3, torch.float16: 4e-3, torch.bfloat16: 1.5e-2}
@@ -207,11 +206,7 @@ def standin(monkeypatch):
 
     def slow(self, grid, args):
         return Compiled(Launcher(calls, 64 if "NUM_SMS" in self.meta else 0), "fn")
-    monkeypatch.setattr(fastlaunch, "emulating", lambda: False)
-    monkeypatch.setattr(fastlaunch.FastKernel, "_slow", slow)
-    monkeypatch.setattr(fastlaunch, "current_stream", lambda: 9)
-    monkeypatch.setattr(fastlaunch, "_scratch", lambda n: torch.empty(n, dtype=torch.int8))
-    monkeypatch.setattr(_adapter, "_direct", True)
+    direct_launches(monkeypatch, slow)
     V._fast.cache_clear()
     yield calls
     V._fast.cache_clear()
