@@ -243,6 +243,8 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
             M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
             batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
             n = rotation_for((batch, M, K, N), str(a.dtype).replace("torch.", ""))
+            if (a.data_ptr() | b.data_ptr()) % 16:
+                n = 1           # copies would be aligned: another specialisation than the caller's
             sets.append((a, b))
             for _ in range(n - 1):
                 sets.append(tuple(t.clone() if t.is_contiguous() or t.mT.is_contiguous() else t for t in (a, b)))
