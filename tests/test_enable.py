@@ -106,3 +106,26 @@ def test_calls_not_routed_keep_their_arguments():
         got = torch.add(x, y, alpha=2.0), x.sum(dim=0, keepdim=True), torch.cat([x, y])
     torch.testing.assert_close(got[0], x + 2 * y)
     assert got[1].shape == (1,) and got[2].shape == (6,) and not mode.summary()["calls"]
+
+
+def test_autocast_casts_routed_calls_as_it_casts_torchs():
+    """Under torch.autocast the routed products run in autocast's dtype (as torch's do), their
+    results have that dtype, and the float32 weights' gradients come back in float32."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(24, 16).to(DEV)
+    x = torch.randn(8, 24, device=DEV)
+    with torch.autocast(DEV, dtype=torch.bfloat16):
+        want = lin(x)
+        want.float().square().sum().backward()
+        want_grad = lin.weight.grad.clone()
+        lin.zero_grad()
+        with enable() as mode:
+            got = lin(x)
+            got.float().square().sum().backward()
+    assert got.dtype == want.dtype == torch.bfloat16
+    assert mode.summary()["calls"]["linear"] == {"tiledmm": 1, "torch": 0}
+    torch.testing.assert_close(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+    assert lin.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(lin.weight.grad, want_grad, rtol=3e-2, atol=3e-2)
+    with enable():                                 # autocast off: float32 stays float32
+        assert lin(x).dtype == torch.float32

@@ -8,7 +8,9 @@ wherever tiledmm
 supports the call: torch tensors of one float dtype on the kernels' device (CUDA; the CPU in
 emulation), no ``out=``. Every other call goes to torch unchanged. ``nn.MultiheadAttention``'s
 projections are inside one torch function (``F.multi_head_attention_forward``) that the mode
-sees only as a whole: they stay in torch, and the counts say so. The mode counts what went where;
+sees only as a whole: they stay in torch, and the counts say so. Under ``torch.autocast`` a routed
+call's float32/float16/bfloat16 tensors are cast to autocast's dtype first, as autocast casts them
+for torch's own kernels (these products are on its lower-precision list). The mode counts what went where;
 ``enable(report=True)`` prints the counts on exit, and ``summary()`` returns them.
 """
 from __future__ import annotations
@@ -137,6 +139,23 @@ _ROUTES = {
 }
 
 
+def _autocast(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call's arguments as ``torch.autocast`` would hand them to a lower-precision op: where
+    autocast is on for the first tensor's device, every float32/float16/bfloat16 tensor in its
+    dtype (float64 and other arguments unchanged); else the arguments themselves."""
+    first = next((x for x in args if isinstance(x, torch.Tensor)), None)
+    if first is None or not torch.is_autocast_enabled(first.device.type):
+        return args, kwargs
+    dt = torch.get_autocast_dtype(first.device.type)
+
+    def cast(x):
+        return x.to(dt) if isinstance(x, torch.Tensor) and x.dtype in _AUTOCAST_FROM and x.dtype != dt else x
+    return tuple(cast(x) for x in args), {k: cast(v) for k, v in kwargs.items()}
+
+
+_AUTOCAST_FROM = (torch.float32, torch.float16, torch.bfloat16)
+
+
 class enable(TorchFunctionMode):
     """``with tiledmm.enable(report=False) as mode:`` -- route the model's matrix products through
     tiledmm where it supports them (see the module's docstring); ``mode.summary()`` says what went
@@ -154,7 +173,7 @@ class enable(TorchFunctionMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
         name, handler = route
-        result, why = handler(args, kwargs)
+        result, why = handler(*_autocast(args, kwargs))
         if why is None:
             self.counts[name, "tiledmm"] += 1
             return result
