@@ -9,7 +9,6 @@ On a Hopper GPU (@pytest.mark.gpu): results against float64 for ragged edges, tr
 offset operands, alpha/beta, bf16/fp16/tf32, every bias x activation, with the output poisoned
 first; repeated calls on new pointers and shapes through the bound C launch, threads, a CUDA graph.
 """
-import math
 import os
 import re
 import threading
@@ -18,6 +17,8 @@ import pytest
 import torch
 
 from tiledmm.kernels.block import gluon_gemm as G
+
+from .references import activation64
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 
@@ -284,19 +285,6 @@ def test_gpu_offset_submatrix_and_edges():
     _check(100, 104, 8, FP16)
 
 
-def _act64(x, act):
-    """kernels._activation in float64 (gelu_tanh in its tanh form)."""
-    if act == "relu":
-        return x.clamp_min(0)
-    if act == "gelu":
-        return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
-    if act == "gelu_tanh":
-        return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    if act == "silu":
-        return x * torch.sigmoid(x)
-    return x
-
-
 def _check_epilogue(M, N, K, cfg, bias_mode, act, bias_dtype=FP32, alpha=1.0, beta=0.0, a_t=False, b_t=False,
                     dtype=BF16):
     a, b, c = _mats(M, N, K, dtype, a_t, b_t, device="cuda")
@@ -314,7 +302,7 @@ def _check_epilogue(M, N, K, cfg, bias_mode, act, bias_dtype=FP32, alpha=1.0, be
         ref = ref + bias.double()[None, :]
     elif bias_mode == 2:
         ref = ref + bias.double()[:, None]
-    ref = _act64(ref, act)
+    ref = activation64(ref, act)
     err = ((c.double() - ref).norm() / ref.norm()).item()
     assert err < {BF16: 1e-2, FP16: 2e-3}[dtype], (bias_mode, act, err)
 
@@ -408,7 +396,7 @@ def test_gpu_cuda_graph_captures_the_bound_launch():
     c.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()
-    ref = _act64(a.double() @ b.double() + bias.double()[None, :], "silu")
+    ref = activation64(a.double() @ b.double() + bias.double()[None, :], "silu")
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 

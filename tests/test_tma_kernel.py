@@ -14,7 +14,6 @@ the fused epilogue, through the variant's launch and through tiledmm.nn.function
 from __future__ import annotations
 
 import functools
-import math
 
 import pytest
 
@@ -29,6 +28,7 @@ from tiledmm.kernels.block import tma_persistent as T  # noqa: E402
 from tiledmm.kernels.block import variants as V  # noqa: E402
 from tiledmm.kernels.block._vcommon import KINDS, kind_of  # noqa: E402
 
+from .references import activation64  # noqa: E402
 from .standins import Compiled, Launcher, direct_launches  # noqa: E402
 
 DEV = "cuda" if GPU else "cpu"
@@ -39,19 +39,6 @@ ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 def _tiny(epi: int) -> dict:
     return dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_M=2, EPI_SPLIT=epi, WS=False, num_warps=4, num_stages=2)
-
-
-def _act64(x, act):
-    """The activation in float64 (the reference)."""
-    if act == "relu":
-        return x.clamp_min(0.0)
-    if act == "gelu":
-        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
-    if act == "gelu_tanh":
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
-    if act == "silu":
-        return x * torch.sigmoid(x)
-    return x
 
 
 def _operands(seed, M, K, N, dtype, beta, kmajor):
@@ -73,7 +60,7 @@ def _reference(a, b, c, alpha, beta, bias=None, bias_mode=0, act="none"):
         ref = ref + bias.double().cpu()[None, :]
     elif bias_mode == 2:
         ref = ref + bias.double().cpu()[:, None]
-    return _act64(ref, act)
+    return activation64(ref, act)
 
 
 def _check(out, ref, tol):
@@ -253,7 +240,7 @@ def test_ops_run_bias_and_activation_in_the_tma_epilogue(monkeypatch):
     bias = torch.randn(72, generator=gen, dtype=torch.float64)
     y = linear(x.float(), w.float(), bias.float(), "gelu")         # B = weight.mT: K-major
     assert seen == [{"bias_mode": 1, "act": "gelu"}]
-    _check(y, _act64(x @ w.T + bias, "gelu"), TOL["ieee"])
+    _check(y, activation64(x @ w.T + bias, "gelu"), TOL["ieee"])
 
 
 def test_ops_without_the_epilogue_flag_apply_bias_in_torch(monkeypatch):
@@ -272,7 +259,7 @@ def test_ops_without_the_epilogue_flag_apply_bias_in_torch(monkeypatch):
     x, w, bias = torch.randn(9, 16, device=DEV), torch.randn(24, 16, device=DEV), torch.randn(24, device=DEV)
     y = linear(x, w, bias, "silu")
     assert fused == [False]
-    _check(y, _act64(x.double().cpu() @ w.double().cpu().T + bias.double().cpu(), "silu"), 1e-5)
+    _check(y, activation64(x.double().cpu() @ w.double().cpu().T + bias.double().cpu(), "silu"), 1e-5)
 
 
 # --- on the GPU ---------------------------------------------------------------------------------------
@@ -345,4 +332,4 @@ def test_large_linear_fuses_into_the_tma_kernel_gpu(act, monkeypatch):
     y = linear(x, w, bias, act)
     torch.cuda.synchronize()
     assert seen == [act]
-    _check(y, _act64(x.double() @ w.double().T + bias.double(), act).cpu(), TOL[torch.bfloat16])
+    _check(y, activation64(x.double() @ w.double().T + bias.double(), act).cpu(), TOL[torch.bfloat16])
