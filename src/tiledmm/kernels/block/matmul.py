@@ -157,6 +157,18 @@ def _cfg_name(c: dict) -> str:
     return "-".join(f"{k}={v}" for k, v in sorted(c.items()))
 
 
+def candidate_name(variant: str, config: dict) -> str:
+    """A candidate's name, "variant:config" (the tuning store's and the timings' key)."""
+    return f"{variant}:{_cfg_name(config)}"
+
+
+def _runnable(a, b, c, precision: str, alpha: float, beta: float, batch: int) -> list:
+    """The variants (``V.ALL``) that can run this call: applicable, and within gridDim.y's batch
+    limit unless they split the batch themselves."""
+    return [v for v in V.ALL if (batch <= V.MAX_GRID_YZ or v.splits_batch)
+            and v.applicable(a, b, c, precision, alpha, beta)]
+
+
 def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | None = None,
                passes: int = 0) -> list[H.Candidate]:
     """Every (variant, config) that may run this call (``model_candidates`` of the applicable
@@ -164,8 +176,7 @@ def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | 
     a variant without a fused epilogue is charged ``passes`` reads and writes of C."""
     key = key or plan_key(a, b, c, precision, alpha, beta)
     p = _problem(a, b, c, precision)
-    vs = [v for v in V.ALL if (p.batch <= V.MAX_GRID_YZ or v.splits_batch)
-          and v.applicable(a, b, c, precision, alpha, beta)]
+    vs = _runnable(a, b, c, precision, alpha, beta, p.batch)
     copies = {v.name: v.traits.copies(a, b, c, precision) for v in vs if v.traits.copies}
     if passes:
         for v in vs:
@@ -189,12 +200,12 @@ def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None 
             continue
         picked = v.prune(table, p.M, p.N, p.K, dev.sms, p.batch) if v.prune else \
             C.prune(table, p.M, p.N, p.K, dev.sms, p.batch, keep=3 if v.few_rows else 2)
-        out += [H.Candidate(f"{v.name}:{_cfg_name(cfg)}", cfg, v.traits, (copies or {}).get(v.name, 0), v,
+        out += [H.Candidate(candidate_name(v.name, cfg), cfg, v.traits, (copies or {}).get(v.name, 0), v,
                             v.name not in unbound) for cfg in picked]
     return out
 
 
-def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, options: dict) -> str | None:
+def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, batch: int, options: dict) -> str | None:
     """The shipped table's choice for ``key`` (``shipped.py``: this GPU model's table, the nearest
     class with this layout whose variant runs the call and whose config fits), added to ``options``
     if the class's own candidates lack it; None where there is none."""
@@ -207,16 +218,15 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, options: dict) ->
     if table is None:
         return None
     dev = device(idx)
-    batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
+    runnable = {v.name: v for v in _runnable(a, b, c, precision, alpha, beta, batch)}
     for e in shipped.nearest(table, key, esize=a.element_size(), l2_bytes=props.l2_bytes or 50 * 2 ** 20):
-        v = V.BY_NAME.get(e["variant"])
-        if v is None or v not in V.ALL or (batch > V.MAX_GRID_YZ and not v.splits_batch) or \
-                not v.applicable(a, b, c, precision, alpha, beta) or dev.capability < v.traits.capability:
+        v = runnable.get(e["variant"])
+        if v is None or dev.capability < v.traits.capability:
             continue
         cfg = e["config"]
         if "BLOCK_M" in cfg and not C.fitting([cfg], a.element_size(), c.element_size(), v.traits.tma_store, dev.smem):
             continue
-        name = f"{v.name}:{_cfg_name(cfg)}"
+        name = candidate_name(v.name, cfg)
         if name not in options:
             options[name] = H.Candidate(name, dict(cfg), v.traits, 0, v, True)
         return name
@@ -229,8 +239,9 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
     output; else the shipped table's choice (``shipped.py``) or the model's pick."""
     import torch
     options = {cd.name: cd for cd in candidates(a, b, c, precision, alpha, beta, key, passes)}
-    pick = H.pick(list(options.values()), _problem(a, b, c, precision), device(index_of(c))).name
-    table_pick = _shipped_pick(key, a, b, c, precision, alpha, beta, options)
+    p = _problem(a, b, c, precision)
+    pick = H.pick(list(options.values()), p, device(index_of(c))).name
+    table_pick = _shipped_pick(key, a, b, c, precision, alpha, beta, p.batch, options)
     capturing = not emulating() and torch.cuda.is_current_stream_capturing()
 
     sets: list = []
@@ -240,9 +251,7 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
         (timing.py's method: a product whose operands stay in L2 would time the cache, not HBM)."""
         if not sets:
             from ...harness import rotation_for
-            M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-            batch = max(a.shape[0] if a.dim() == 3 else 1, b.shape[0] if b.dim() == 3 else 1)
-            n = rotation_for((batch, M, K, N), str(a.dtype).replace("torch.", ""))
+            n = rotation_for((p.batch, p.M, p.K, p.N), str(a.dtype).replace("torch.", ""))
             if (a.data_ptr() | b.data_ptr()) % 16:
                 n = 1           # copies would be aligned: another specialisation than the caller's
             sets.append((a, b))
@@ -292,7 +301,7 @@ def table_entries() -> list[dict]:
         if ch["source"] != "timed":
             continue
         times = tuning.timings(ch["tuning_key"]) or {}
-        best = f"{ch['variant']}:{_cfg_name(ch['config'])}"
+        best = candidate_name(ch["variant"], ch["config"])
         layout, cls = shipped.split_key(key)
         out.append(shipped.entry(layout, cls, ch["variant"], ch["config"], times.get(best), ch["model"],
                                  times.get(ch["model"]), rotated=True))
