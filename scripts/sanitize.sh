@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck / racecheck / synccheck.
 #
-#   scripts/sanitize.sh [simt|block|all]      (default: all)
+#   scripts/sanitize.sh [simt|block|tests|all]      (default: all)
 #
 # simt:  every SIMT kernel, at each of its tiles among 16, 32, 64, 128 (rung 10: every candidate
 #        shape), on a rectangular non-multiple size (131x77x203).
@@ -12,6 +12,10 @@
 #        racecheck and synccheck on the smallest shapes. Variants that cannot run a call are
 #        skipped and said so. PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor its own cudaMalloc,
 #        so an access past a tensor's end is outside any allocation and memcheck sees it.
+#
+# tests: memcheck and racecheck over the GPU tests of the kernels whose checks live in their tests
+#        (the persistent TMA kernel's and the Gluon kernel's fused bias/activation epilogues, their
+#        bound launches, batched-small): each test compares with float64; the pytest line counts.
 #
 # One process per tool and family runs every case; the tool's ERROR SUMMARY covers them all
 # (an error report names the kernel). Host API return codes (numba and torch probe optional
@@ -59,11 +63,22 @@ run_block() {
   echo "seconds $((SECONDS - t0))" >> "$LOG/block-$tool.log"
 }
 
+TEST_FILES="tests/test_tma_kernel.py tests/test_gluon.py tests/test_gluon_launch.py tests/test_batched_small.py"
+run_tests() {
+  local tool=$1
+  echo "== tests $tool"
+  local t0=$SECONDS
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --report-api-errors no --print-limit 10 \
+    python3 -m pytest -q -p no:cacheprovider -m gpu $TEST_FILES 2>&1 | tee "$LOG/tests-$tool.log" \
+    | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|rror" | head -40
+  echo "seconds $((SECONDS - t0))" >> "$LOG/tests-$tool.log"
+}
+
 summary() {
   echo
   echo "== summary"
   printf "%-7s %-10s %10s %8s %6s %8s %8s\n" family tool san.errors ok FAIL skipped seconds   # racecheck: hazards
-  for f in "$LOG"/simt-*.log "$LOG"/block-*.log; do
+  for f in "$LOG"/simt-*.log "$LOG"/block-*.log "$LOG"/tests-*.log; do
     [ -e "$f" ] || continue
     local base fam tool errs ok fail skip secs
     base=$(basename "$f" .log); fam=${base%%-*}; tool=${base#*-}
@@ -74,6 +89,12 @@ summary() {
     skip=$(grep -c "^skipped" "$f")
     secs=$(grep -E "^seconds" "$f" | awk '{print $2}')
     grep -q ABORT "$f" && fail="$fail+ABORT"
+    if [ "$fam" = tests ]; then     # pytest's closing line: N passed, M failed
+      ok=$(grep -oE "[0-9]+ passed" "$f" | tail -1 | cut -d' ' -f1); ok=${ok:-0}
+      fail=$(grep -oE "[0-9]+ (failed|error)" "$f" | tail -1 | cut -d' ' -f1); fail=${fail:-0}
+      skip=$(grep -oE "[0-9]+ skipped" "$f" | tail -1 | cut -d' ' -f1); skip=${skip:-0}
+      [ "$ok" = 0 ] && fail="$fail+none-passed"
+    fi
     printf "%-7s %-10s %10s %8s %6s %8s %8s\n" "$fam" "$tool" "${errs:-none}" "$ok" "$fail" "$skip" "${secs:--}"
     if [ "${errs:-1}" != 0 ] || [ "$fail" != 0 ]; then STATUS=1; fi
   done
@@ -81,7 +102,7 @@ summary() {
 }
 
 STATUS=0
-rm -f "$LOG"/simt-*.log "$LOG"/block-*.log
+rm -f "$LOG"/simt-*.log "$LOG"/block-*.log "$LOG"/tests-*.log
 if [ "$MODE" = simt ] || [ "$MODE" = all ]; then
   for tool in memcheck racecheck synccheck; do run_simt $tool; done
 fi
@@ -89,6 +110,10 @@ if [ "$MODE" = block ] || [ "$MODE" = all ]; then
   run_block memcheck
   run_block racecheck --small
   run_block synccheck --small
+fi
+if [ "$MODE" = tests ] || [ "$MODE" = all ]; then
+  run_tests memcheck
+  run_tests racecheck
 fi
 summary
 exit $STATUS

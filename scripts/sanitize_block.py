@@ -10,7 +10,8 @@ config=)`` on torch CUDA tensors, for every variant in ``kernels.block.matmul.VA
 (ieee, tf32), bfloat16 and float16, on shapes (M x K x N) that exercise the masks (131x77x203),
 16-byte aligned ones the TMA variants take (256x192x320; with B K-major too, which tf32's TMA
 needs), transposed operands, few tiles with a long K (split-K splits), a batch and a broadcast
-batch, alpha/beta with a C that is read, and a float32 out for 16-bit inputs. ``out`` is
+batch, alpha/beta with a C that is read, a float32 out for 16-bit inputs, and batches of
+tiny ragged products (batched-small's case). ``out`` is
 poisoned with NaN when beta == 0 (an element left unwritten shows). With ``--configs big``
 (the default without --small) the masked shapes run each variant's largest-tile config too.
 
@@ -51,6 +52,8 @@ FULL = {
     "alpha-beta-al": ((), (), 256, 192, 320, {"alpha": 2.0, "beta": -1.0, "b_t": True}),
     "out-f32": ((), (), 131, 77, 203, {"out_dtype": "float32", "beta": 0.25}),
     "large": ((), (), 1031, 1029, 1027, {"only": "float32/ieee"}),          # simt-async takes sides >= 1024
+    "tiny-batch": ((301,), (301,), 7, 13, 9, {"alpha": 0.5, "beta": 2.0}),  # batched-small: many ragged products
+    "tiny-bcast": ((301,), (), 8, 16, 8, {}),                               # ... with B broadcast (stride 0)
 }
 SMALL = {
     "masked": ((), (), 37, 29, 41, {}),
@@ -59,6 +62,7 @@ SMALL = {
     "splitk": ((), (), 17, 515, 23, {}),
     "batched": ((2,), (2,), 19, 21, 23, {}),
     "alpha-beta": ((), (), 37, 29, 41, {"alpha": -1.5, "beta": 0.5}),
+    "tiny-batch": ((67,), (67,), 7, 13, 9, {}),
 }
 BIG_CONFIG_CASES = ("masked", "alpha-beta")
 
