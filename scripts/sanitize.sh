@@ -49,7 +49,7 @@ for s in tiledmm.registry.all_specs():
     for t, d, opts in runs:
         r = check_and_time(s.name, (131, 77, 203), d, tile=t, options=opts, time_it=False)
         print('checked', s.name, t or '', d, opts.get('config', ''), 'ok' if r.ok else 'FAIL', '%.1e' % r.rel_err, flush=True)
-" 2>&1 | tee "$LOG/simt-$tool.log" | grep -E "ERROR SUMMARY|checked|rror" | head -60
+" 2>&1 | tee "$LOG/simt-$tool.log" | grep -E "ERROR SUMMARY|checked .* FAIL|rror"
 }
 
 run_block() {
@@ -58,8 +58,7 @@ run_block() {
   local t0=$SECONDS
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --report-api-errors no --print-limit 10 \
     python3 scripts/sanitize_block.py "$@" 2>&1 | tee "$LOG/block-$tool.log" \
-    | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^checked|^skipped|rror|ABORT|block total|^variant|^(blocked|tma|splitk|simt)" \
-    | head -400
+    | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^checked .* FAIL|rror|ABORT|block total|^variant|^(blocked|tma|splitk|simt|batched|gluon)"
   echo "seconds $((SECONDS - t0))" >> "$LOG/block-$tool.log"
 }
 
@@ -70,7 +69,7 @@ run_tests() {
   local t0=$SECONDS
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --report-api-errors no --print-limit 10 \
     python3 -m pytest -q -p no:cacheprovider -m gpu $TEST_FILES 2>&1 | tee "$LOG/tests-$tool.log" \
-    | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|rror" | head -40
+    | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed|rror"
   echo "seconds $((SECONDS - t0))" >> "$LOG/tests-$tool.log"
 }
 

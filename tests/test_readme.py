@@ -111,14 +111,20 @@ def test_readme_python_example_runs(code, gpu, workdir):
         assert "assert " in code, "a README example that computes a product checks it"
 
 
-@pytest.mark.parametrize("command,gpu", commands(), ids=[c for c, _ in commands()])
-def test_readme_command_runs(command, gpu, workdir):
-    if gpu and not GPU:
-        pytest.skip("marked '# GPU' in the README")
-    p = fresh(tiledmm_argv() + shlex.split(command)[1:], workdir)
-    assert p.returncode == 0, f"{command}:\n{p.stdout}{p.stderr}"
-    assert "Traceback" not in p.stdout + p.stderr
-    assert p.stderr.count("kernels run in emulation") <= 1, p.stderr
+def test_readme_commands_run_in_order(workdir):
+    """Every `tiledmm ...` command of the README, in the README's order, in one folder: one test,
+    because a later command reads what an earlier one wrote (roofline reads bench-out/bench.json),
+    and pytest-xdist spreads a parametrised test's cases over its workers."""
+    ran = 0
+    for command, gpu in commands():
+        if gpu and not GPU:
+            continue                      # marked '# GPU' in the README
+        p = fresh(tiledmm_argv() + shlex.split(command)[1:], workdir)
+        assert p.returncode == 0, f"{command}:\n{p.stdout}{p.stderr}"
+        assert "Traceback" not in p.stdout + p.stderr, command
+        assert p.stderr.count("kernels run in emulation") <= 1, f"{command}: {p.stderr}"
+        ran += 1
+    assert ran >= 3, f"only {ran} README commands ran"
 
 
 def test_default_matmul_in_a_fresh_process(tmp_path):
