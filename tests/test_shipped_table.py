@@ -138,6 +138,26 @@ def test_an_entry_whose_variant_cannot_run_is_skipped(fresh):
     assert _chosen(a, b, c)["source"] == "model"      # tma needs Hopper; the other name is unknown
 
 
+def test_a_variant_compiled_in_every_process_is_not_the_default(fresh, monkeypatch):
+    """The table's entry names a variant whose kernels compile anew in every process (rung 11's numba
+    kernels: seconds on a first call): the no-timing default takes the model's pick instead;
+    with tuning on the same entry's variant can still be timed and chosen."""
+    import dataclasses
+    a, b, c = _call(45, 21, 70)
+    model, other = _other_than_model(a, b, c)
+    _write_table(fresh, a, b, c, other)
+    assert _chosen(a, b, c)["source"] == "table"       # the entry is taken while the variant loads fast
+    _forget()
+    bm.forget_choices()
+    slow = [dataclasses.replace(v, traits=dataclasses.replace(v.traits, compiles_per_process=True))
+            if v.name == "blocked" else v for v in V.ALL]
+    monkeypatch.setattr(V, "ALL", slow)
+    ch = _chosen(a, b, c)
+    assert ch["source"] == "model" and ch["config"] == model.config != other, ch
+    assert V.SIMT_ASYNC.traits.compiles_per_process and not any(
+        v.traits.compiles_per_process for v in V.ALL if v.name != "blocked" and v is not V.SIMT_ASYNC)
+
+
 def test_entries_timed_on_one_operand_set_count_only_where_l2_cannot_hold_them():
     """A table entry timed without rotated operands (session 8's first H100 table) stands only for
     classes whose operands exceed L2 or that are compute-bound; rotated entries always do."""

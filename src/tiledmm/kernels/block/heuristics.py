@@ -67,7 +67,12 @@ class Traits:
         path binds only FastKernel launches): a floor under the call's time, as the tuner's
         max(GPU, host) is. H100 probe: an unbound blocked launch 48 us, tma-copy 200 us,
         gluon-ws 25-27 us through the plan
-        (its own bound C launch, session 8; 95-153 us before)."""
+        (its own bound C launch, session 8; 95-153 us before).
+    compiles_per_process: its kernels are compiled anew in every process (numba-cuda keeps no disk
+        cache of rung 11's kernels: about 4.5 s on a first call, H100 session 9), where Triton's
+        come from its disk cache in ~0.1 s. The no-timing default (the shipped table) does not pick
+        such a variant -- its first call would wait for seconds; timing (TILEDMM_TUNE=on, whose user
+        accepts a wait), the store and a forced ``variant=`` still may."""
     persistent: bool = False
     tma_store: bool = False
     split: Callable[..., tuple] | None = None
@@ -76,6 +81,7 @@ class Traits:
     modelled: bool = True
     capability: tuple = (0, 0)
     host_us: float = 50.0
+    compiles_per_process: bool = False
 
 
 @dataclass(frozen=True)

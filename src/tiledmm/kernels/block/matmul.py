@@ -207,8 +207,9 @@ def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None 
 
 def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, batch: int, options: dict) -> str | None:
     """The shipped table's choice for ``key`` (``shipped.py``: this GPU model's table, the nearest
-    class with this layout whose variant runs the call and whose config fits), added to ``options``
-    if the class's own candidates lack it; None where there is none."""
+    class with this layout whose variant runs the call, does not compile anew in every process
+    (``Traits.compiles_per_process``: a first call would wait seconds for it) and whose config
+    fits), added to ``options`` if the class's own candidates lack it; None where there is none."""
     if not shipped.enabled():
         return None
     from ...analysis.device import properties
@@ -221,7 +222,7 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, batch: int, optio
     runnable = {v.name: v for v in _runnable(a, b, c, precision, alpha, beta, batch)}
     for e in shipped.nearest(table, key, esize=a.element_size(), l2_bytes=props.l2_bytes or 50 * 2 ** 20):
         v = runnable.get(e["variant"])
-        if v is None or dev.capability < v.traits.capability:
+        if v is None or dev.capability < v.traits.capability or v.traits.compiles_per_process:
             continue
         cfg = e["config"]
         if "BLOCK_M" in cfg and not C.fitting([cfg], a.element_size(), c.element_size(), v.traits.tma_store, dev.smem):

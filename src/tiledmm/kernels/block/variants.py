@@ -192,7 +192,7 @@ def _simt(bm: int, bn: int, bk: int, stages: int, name: str) -> dict:
 SIMT_ASYNC = Variant("simt-async", _simt_applicable,
                      lambda kind: [_simt(64, 128, 16, 3, "64x128x16-w32x64-t8x8-s3-m4"),
                                    _simt(128, 128, 16, 3, "128x128x16-w32x64-t8x8-s3-m2")] if kind == "ieee" else [],
-                     _simt_launch, traits=Traits(modelled=False))
+                     _simt_launch, traits=Traits(modelled=False, compiles_per_process=True))
 
 
 # -- every variant the dispatcher chooses among ----------------------------------------------------
