@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything tiledmm checks and times on a GPU, in one call of the device tool.
 #   scripts/device_check.sh [smoke|ladder|sweep|bench|profile|dispatch|all] [more modes...]
+#   (more: gputests retest targets kernels tables ops workload final8 pending9; see each block below)
 # (dispatch: issue 22's first call, random-M loop and per-call cost by scripts/bench_dispatch.py; its
 #  default-vs-timed picks take longer: run `bench_dispatch.py --parts picks --suites S --budget-s 540` per suite)
 # Logs and result files go to $OUT (or ./out); the short tables are printed last.
@@ -107,6 +108,17 @@ if [[ $what == *" workload "* ]]; then
   stamp "issue 23: Linear gelu and GPT-2 small"
   timeout ${TORCHOP_BUDGET:-200} python3 scripts/bench_torch_op.py --only ${TORCHOP_ONLY:-all} --out "$OUT" 2>&1 \
     | tee "$OUT/bench_torch_op.txt" | tail -12
+fi
+if [[ $what == *" pending9 "* ]]; then
+  # what session 9 changed or found and could not measure (docs/performance.md, session 9)
+  stamp "out of core: the first numpy 16384^3 fp32 call vs a repeat (twice: Triton's cache warm the 2nd time)"
+  for i in 1 2; do timeout 120 python3 scripts/bench_outofcore.py --first-call --out "$OUT" 2>&1 | grep "first call\|phases"; done
+  stamp "exact fp32 without rung 11 in the default: bench square + irregular vs torch"
+  timeout 200 python3 -m tiledmm bench --suite square --suite irregular -k triton -p fp32 --repeats 3 \
+    --out "$OUT/bench_fp32" > "$OUT/bench_fp32.txt" 2>&1; tail -4 "$OUT/bench_fp32.txt"
+  stamp "the table's gluon-ws picks at small M: the pick, gluon-ws and tma forced, torch (tuner said 18 us at 128x4096^2)"
+  timeout 150 python3 scripts/bench_gluon_pick.py --dtypes bf16 \
+    --shapes 128x4096x4096,64x4096x4096,256x11008x4096,32x5120x5120,1024x1024x1024 2>&1 | tail -7
 fi
 if [[ $what == *" final8 "* ]]; then
   stamp "GPU tests: kernel index, gluon-ws, the shipped table, batched-small"
