@@ -40,20 +40,23 @@ def test_properties_are_frozen():
         p.num_sms = 1
 
 
-def test_the_dispatchers_pick_follows_the_device():
-    """Two fake descriptions, two choices: the block family's no-timing pick on a 132-SM Hopper and
-    on a 20-SM Ampere differs for one call (written against ``block.matmul.choose`` -- the
-    dispatcher's pick -- where the family has it)."""
+@pytest.mark.skipif(GPU, reason="CPU tensors stand in for the fake devices' (the CPU image's test)")
+def test_the_dispatchers_pick_follows_the_device(monkeypatch):
+    """Two fake descriptions, two choices: the block family's no-timing pick (its candidates for the
+    call and the model's pick on ``matmul.device``, both read from the device's properties) on a
+    132-SM Hopper and on a 20-SM Ampere with less shared memory differs for the same call. The
+    variants' real configs are used (not the interpreter's small ones), so this runs on the CPU."""
     import torch
 
+    from tiledmm.kernels.block import heuristics as H
     from tiledmm.kernels.block import matmul as bm
-    choose = getattr(bm, "choose", None)
-    if choose is None:
-        pytest.skip("kernels.block.matmul has no choose() yet (the dispatcher's analytic pick)")
-    a, b, c = torch.empty(4096, 4096), torch.empty(4096, 4096), torch.empty(4096, 4096)
+    monkeypatch.setattr(bm, "emulating", lambda: False)
     small = device.DeviceProperties(0, "small GPU", (8, 0), 20, 101376)
-    with device.fake(0, device.PROFILES["h100"]):
-        big_pick = choose(a, b, c, "tf32", 1.0, 0.0)
-    with device.fake(0, small):
-        small_pick = choose(a, b, c, "tf32", 1.0, 0.0)
-    assert big_pick != small_pick
+    for M, K, N in ((4096, 4096, 4096), (64, 4096, 4096)):
+        a, b, c = torch.empty(M, K), torch.empty(K, N), torch.empty(M, N)
+        picks = []
+        for profile in (device.PROFILES["h100"], small):
+            with device.fake(0, profile):
+                cands = bm.candidates(a, b, c, "tf32", 1.0, 0.0)
+                picks.append(H.pick(cands, bm._problem(a, b, c, "tf32"), bm.device(None)).name)
+        assert picks[0] != picks[1], (M, K, N, picks)
