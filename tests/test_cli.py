@@ -238,6 +238,31 @@ def test_bench_in_emulation_writes_table_csv_json_png(tmp_path):
     assert all(r["ok"] and r["emulated"] for r in doc["rows"])
     assert (tmp_path / "bench.csv").read_text().startswith("suite,shape,precision,dtype,kernel")
     assert (tmp_path / "bench.png").stat().st_size > 10000
+    assert not (tmp_path / B.PARTIAL).exists()          # the run's partial CSV is gone once it completed
+
+
+@pytest.mark.skipif(GPU, reason="the emulated bench")
+def test_a_bench_stopped_midway_keeps_its_whole_shapes(tmp_path, monkeypatch):
+    """Rows are written shape by shape as the bench goes (bench.partial.csv): a run cut short by a
+    time limit or Ctrl-C keeps every shape it finished, each with all its kernels."""
+    from tiledmm.cli import run as cli_run
+    points = B.plan(["emulation"], ["fp32"], ["triton", "tiled"], None)
+    shapes = list(dict.fromkeys(p.shape for p in points))
+    real = B.run
+
+    def stop_after_first_shape(*a, on_rows=None, **k):
+        def rows_then_stop(rows):
+            on_rows(rows)
+            raise KeyboardInterrupt
+        return real(*a, on_rows=rows_then_stop, **k)
+    monkeypatch.setattr(B, "run", stop_after_first_shape)
+    with pytest.raises(KeyboardInterrupt):
+        cli_run._run_points(points, repeats=1, warmup=0, seed=0, outdir=tmp_path / "out")
+    lines = (tmp_path / "out" / B.PARTIAL).read_text().splitlines()
+    first = [p for p in points if p.shape == shapes[0]]
+    assert lines[0].startswith("suite,shape,precision") and len(lines) == 1 + len(first)
+    assert {ln.split(",")[4] for ln in lines[1:]} == {p.kernel for p in first}
+    assert all(ln.split(",")[1] == B.fmt_shape(shapes[0]) for ln in lines[1:])
 
 
 def test_transformer_suite_is_m_k_n():

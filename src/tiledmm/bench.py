@@ -121,9 +121,11 @@ def plan(suites: list[str], precisions: list[str], kernels: list[str],
 
 
 def run(points: list[Point], *, repeats: int, warmup: int, seed: int = 0, baseline: bool = True,
-        progress=None) -> list[dict]:
+        progress=None, on_rows=None) -> list[dict]:
     """Check and time every point; on a GPU also cuBLAS once per (shape, precision) when
-    ``baseline``. Returns rows in the points' shape order, cuBLAS first."""
+    ``baseline``. Shape by shape: cuBLAS, then the kernels on that shape; ``on_rows(rows)`` after
+    each (shape, precision) with every row so far (a run stopped midway keeps its whole shapes).
+    Returns rows in the points' shape order, cuBLAS first."""
     from . import registry
     from .harness import check_and_time, rotation_for
     gpu = not _backend.emulating()
@@ -147,18 +149,24 @@ def run(points: list[Point], *, repeats: int, warmup: int, seed: int = 0, baseli
             progress.advance(task)
         return r
 
-    for s, p in needed:
-        base[(s, p)] = timed("cublas", s, p, None, PRECISIONS[p][1] or "ieee")
-        rows.append(row(suite_of[(s, p)], base[(s, p)], p))
+    groups: dict[tuple, list[Point]] = {}
     for pt in points:
-        spec = registry.get(pt.kernel)
-        prec = PRECISIONS[pt.precision][1] if "precision" in spec.options else None
-        r = timed(pt.kernel, pt.shape, pt.precision, pt.tile, prec)
-        d = row(pt.suite, r, pt.precision)
-        b = base.get((pt.shape, pt.precision))
-        if b is not None and b.ms and r.ms:
-            d["vs_cublas"] = b.ms / r.ms
-        rows.append(d)
+        groups.setdefault((pt.shape, pt.precision), []).append(pt)
+    for (s, p), pts in groups.items():
+        if (s, p) in needed:
+            base[(s, p)] = timed("cublas", s, p, None, PRECISIONS[p][1] or "ieee")
+            rows.append(row(suite_of[(s, p)], base[(s, p)], p))
+        for pt in pts:
+            spec = registry.get(pt.kernel)
+            prec = PRECISIONS[pt.precision][1] if "precision" in spec.options else None
+            r = timed(pt.kernel, pt.shape, pt.precision, pt.tile, prec)
+            d = row(pt.suite, r, pt.precision)
+            b = base.get((pt.shape, pt.precision))
+            if b is not None and b.ms and r.ms:
+                d["vs_cublas"] = b.ms / r.ms
+            rows.append(d)
+        if on_rows:
+            on_rows(rows)
     order = [fmt_shape(s) for s in dict.fromkeys(p.shape for p in points)]
     rows.sort(key=lambda r: order.index(r["shape"]))
     return rows
@@ -181,18 +189,29 @@ def summary(rows: list[dict]) -> list[dict]:
             for (s, p, k), v in out.items()]
 
 
-def write(rows: list[dict], outdir: Path, env: dict, peaks: dict | None, tuned: dict | None = None) -> list[Path]:
-    """bench.csv, bench.json (with the environment, a summary and ``tuned``: what the autotuners
-    chose) and bench.png in ``outdir``."""
-    outdir.mkdir(parents=True, exist_ok=True)
-    paths = [outdir / "bench.csv", outdir / "bench.json"]
-    with open(paths[0], "w", newline="") as f:
+PARTIAL = "bench.partial.csv"     # the rows so far while a bench runs; removed when the run completes
+
+
+def write_csv(rows: list[dict], path: Path) -> Path:
+    """``rows`` as CSV at ``path``, written whole to a temporary file first (a reader never sees half)."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    tmp.replace(path)
+    return path
+
+
+def write(rows: list[dict], outdir: Path, env: dict, peaks: dict | None, tuned: dict | None = None) -> list[Path]:
+    """bench.csv, bench.json (with the environment, a summary and ``tuned``: what the autotuners
+    chose) and bench.png in ``outdir``; the run's partial CSV (``PARTIAL``) is removed."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = [write_csv(rows, outdir / "bench.csv"), outdir / "bench.json"]
     paths[1].write_text(json.dumps({"environment": env, "rows": rows, "summary": summary(rows),
                                     "triton": tuned or {}}, indent=1))
     paths.append(plot(rows, outdir / "bench.png", env.get("device", ""), peaks))
+    (outdir / PARTIAL).unlink(missing_ok=True)
     return paths
 
 

@@ -47,9 +47,15 @@ def _check_points(points) -> None:
             raise TiledmmError(why)
 
 
-def _run_points(points, *, repeats: int, warmup: int, seed: int) -> list[dict]:
+def _run_points(points, *, repeats: int, warmup: int, seed: int, outdir: Path | None = None) -> list[dict]:
+    """``bench.run`` under a progress bar; with ``outdir``, the rows so far go to its partial CSV after
+    each shape (a run stopped by a time limit or Ctrl-C keeps what it measured)."""
+    def partial(rows):
+        outdir.mkdir(parents=True, exist_ok=True)
+        B.write_csv(rows, outdir / B.PARTIAL)
     with progress_bar() as progress:
-        return B.run(points, repeats=repeats, warmup=warmup, seed=seed, progress=progress)
+        return B.run(points, repeats=repeats, warmup=warmup, seed=seed, progress=progress,
+                     on_rows=partial if outdir is not None else None)
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -154,7 +160,7 @@ def bench(suite: Optional[List[str]] = typer.Option(
     points = B.plan(suites, precs, kernels, tile)
     if not points:
         raise TiledmmError(_nothing_to_run(suites, precs, kernels, tile, gpu))
-    rows = _run_points(points, repeats=repeats if gpu else 1, warmup=warmup, seed=seed)
+    rows = _run_points(points, repeats=repeats if gpu else 1, warmup=warmup, seed=seed, outdir=outdir)
     env = environment()
     peaks = tuned = None
     if gpu:
