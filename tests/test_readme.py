@@ -77,7 +77,7 @@ def tiledmm_argv() -> list[str]:
 def test_readme_has_two_setup_commands_and_python_and_cpu_examples():
     assert setup_commands() == [
         "pip install torch==2.13.0 && pip install . && tiledmm run",
-        'pip install torch==2.13.0 && pip install -e ".[test]" && python3 -m pytest -q',
+        'pip install torch==2.13.0 && pip install -e ".[test]" && python3 -m pytest -q -n auto',
     ]
     assert [s for s, gpu in snippets() if not gpu], "no Python example for a machine without a GPU"
     assert len([c for c, gpu in commands() if not gpu]) >= 15
