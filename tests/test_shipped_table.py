@@ -191,6 +191,36 @@ def test_timed_choices_become_entries(fresh, monkeypatch):
     assert n == 1 and json.loads((fresh / "t.json").read_text())["entries"][0]["config"] == ch["config"]
 
 
+def test_a_timed_winner_compiled_in_every_process_leaves_the_entry_to_the_next_fastest(fresh, monkeypatch):
+    """The table is what the no-timing default may take: where the fastest timed candidate's variant
+    compiles anew in every process (rung 11), the entry holds the fastest other candidate and names
+    the overall winner in ``fastest``; the tuned process itself runs the winner."""
+    import dataclasses
+    jit = dataclasses.replace(V.BY_NAME["blocked"], name="blocked-jit",
+                              traits=dataclasses.replace(V.BY_NAME["blocked"].traits, compiles_per_process=True))
+    monkeypatch.setattr(V, "ALL", [*V.ALL, jit])
+    bound = []
+    real_bind = bm._bind
+    monkeypatch.setattr(bm, "_bind", lambda v, *a: bound.append(v) or real_bind(v, *a))
+    # the timer binds its candidate, then times it: 1 ms for the per-process variant, 2 ms and up for the others
+    monkeypatch.setattr(bm, "device_and_host",
+                        lambda calls: (1.0 if bound[-1] is jit else 2.0 + len(bound) / 100, 0.0))
+    a, b, c = _call(45, 21, 70)
+    tuning.set_mode("on")
+    try:
+        ch = _chosen(a, b, c)
+    finally:
+        tuning.set_mode("off")
+    assert ch["source"] == "timed" and ch["variant"] == "blocked-jit"
+    (e,) = bm.table_entries()
+    times = tuning.timings(ch["tuning_key"])
+    others = {n: t for n, t in times.items() if not n.startswith("blocked-jit:")}
+    assert e["variant"] == "blocked" and e["timed_ms"] == min(others.values())
+    assert e["config"] == next(cd.config for cd in bm.candidates(a, b, c, "ieee", 1.0, 0.0)
+                               if bm.candidate_name("blocked", cd.config) == min(others, key=others.get))
+    assert e["fastest"] == bm.candidate_name("blocked-jit", ch["config"]) and e["fastest_ms"] == 1.0
+
+
 def test_shipped_tables_name_runnable_choices():
     """Every table in the package: its GPU's name, and entries naming a variant that exists with a
     config the variant offers (or a config that fits the GPU's shared memory), in a known layout."""

@@ -284,7 +284,20 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
         _plans[key] = fn
         _choices[key] = {"source": source, "variant": options[name].variant.name, "config": options[name].config,
                          "model": pick, "tuning_key": tkey}
+        if source == "timed":
+            d = _default_eligible(options, tuning.timings(tkey) or {}, name)
+            _choices[key]["default"] = {"name": d, "variant": options[d].variant.name, "config": options[d].config}
     return fn
+
+
+def _default_eligible(options: dict, times: dict, fastest: str) -> str:
+    """Of the timed candidates, the fastest the no-timing default may take (its variant does not
+    compile anew in every process, ``Traits.compiles_per_process``): what a shipped-table entry
+    records. ``fastest`` itself where it may, or where no other was timed."""
+    ok = [n for n in times if n in options and not options[n].variant.traits.compiles_per_process]
+    if fastest in ok or not ok:
+        return fastest
+    return min(ok, key=times.__getitem__)
 
 
 def choices() -> dict:
@@ -296,16 +309,22 @@ def choices() -> dict:
 
 def table_entries() -> list[dict]:
     """The choices timed in this process as shipped-table entries (``shipped.entry``), each with
-    its timed ms and the model's pick and its ms from the same timing."""
+    its timed ms and the model's pick and its ms from the same timing. An entry holds the fastest
+    candidate the no-timing default may take (``_default_eligible``); where the fastest of all was
+    another (rung 11: compiled in every process), it is named in the entry's ``fastest``."""
     out = []
     for key, ch in choices().items():
         if ch["source"] != "timed":
             continue
         times = tuning.timings(ch["tuning_key"]) or {}
         best = candidate_name(ch["variant"], ch["config"])
+        d = ch.get("default") or {"name": best, "variant": ch["variant"], "config": ch["config"]}
         layout, cls = shipped.split_key(key)
-        out.append(shipped.entry(layout, cls, ch["variant"], ch["config"], times.get(best), ch["model"],
-                                 times.get(ch["model"]), rotated=True))
+        e = shipped.entry(layout, cls, d["variant"], d["config"], times.get(d["name"]), ch["model"],
+                          times.get(ch["model"]), rotated=True)
+        if d["name"] != best:
+            e.update(fastest=best, fastest_ms=times.get(best))
+        out.append(e)
     return out
 
 
