@@ -62,6 +62,21 @@ def _write_table(folder, a, b, c, config, shift=(0, 0, 0)):
     return key
 
 
+def _chosen_timed(a, b, c):
+    """``_chosen`` with tuning on (the class's candidates timed), tuning off again after."""
+    tuning.set_mode("on")
+    try:
+        return _chosen(a, b, c)
+    finally:
+        tuning.set_mode("off")
+
+
+def _compiled_per_process(v: V.Variant, **changes) -> V.Variant:
+    """A copy of variant ``v`` whose kernels compile anew in every process (as rung 11's)."""
+    import dataclasses
+    return dataclasses.replace(v, traits=dataclasses.replace(v.traits, compiles_per_process=True), **changes)
+
+
 def _chosen(a, b, c):
     import tiledmm
     got = tiledmm.matmul(a, b, kernel="triton")
@@ -142,15 +157,13 @@ def test_a_variant_compiled_in_every_process_is_not_the_default(fresh, monkeypat
     """The table's entry names a variant whose kernels compile anew in every process (rung 11's numba
     kernels: seconds on a first call): the no-timing default takes the model's pick instead;
     with tuning on the same entry's variant can still be timed and chosen."""
-    import dataclasses
     a, b, c = _call(45, 21, 70)
     model, other = _other_than_model(a, b, c)
     _write_table(fresh, a, b, c, other)
     assert _chosen(a, b, c)["source"] == "table"       # the entry is taken while the variant loads fast
     _forget()
     bm.forget_choices()
-    slow = [dataclasses.replace(v, traits=dataclasses.replace(v.traits, compiles_per_process=True))
-            if v.name == "blocked" else v for v in V.ALL]
+    slow = [_compiled_per_process(v) if v.name == "blocked" else v for v in V.ALL]
     monkeypatch.setattr(V, "ALL", slow)
     ch = _chosen(a, b, c)
     assert ch["source"] == "model" and ch["config"] == model.config != other, ch
@@ -177,11 +190,7 @@ def test_entries_timed_on_one_operand_set_count_only_where_l2_cannot_hold_them()
 def test_timed_choices_become_entries(fresh, monkeypatch):
     """With tuning on, the choice timed for a class is an entry with its time and the model's."""
     a, b, c = _call(45, 21, 70)
-    tuning.set_mode("on")
-    try:
-        ch = _chosen(a, b, c)
-    finally:
-        tuning.set_mode("off")
+    ch = _chosen_timed(a, b, c)
     assert ch["source"] == "timed"
     (e,) = bm.table_entries()
     layout, cls = shipped.split_key(bm.plan_key(a, b, c, "ieee", 1.0, 0.0))
@@ -195,9 +204,7 @@ def test_a_timed_winner_compiled_in_every_process_leaves_the_entry_to_the_next_f
     """The table is what the no-timing default may take: where the fastest timed candidate's variant
     compiles anew in every process (rung 11), the entry holds the fastest other candidate and names
     the overall winner in ``fastest``; the tuned process itself runs the winner."""
-    import dataclasses
-    jit = dataclasses.replace(V.BY_NAME["blocked"], name="blocked-jit",
-                              traits=dataclasses.replace(V.BY_NAME["blocked"].traits, compiles_per_process=True))
+    jit = _compiled_per_process(V.BY_NAME["blocked"], name="blocked-jit")
     monkeypatch.setattr(V, "ALL", [*V.ALL, jit])
     bound = []
     real_bind = bm._bind
@@ -206,11 +213,7 @@ def test_a_timed_winner_compiled_in_every_process_leaves_the_entry_to_the_next_f
     monkeypatch.setattr(bm, "device_and_host",
                         lambda calls: (1.0 if bound[-1] is jit else 2.0 + len(bound) / 100, 0.0))
     a, b, c = _call(45, 21, 70)
-    tuning.set_mode("on")
-    try:
-        ch = _chosen(a, b, c)
-    finally:
-        tuning.set_mode("off")
+    ch = _chosen_timed(a, b, c)
     assert ch["source"] == "timed" and ch["variant"] == "blocked-jit"
     (e,) = bm.table_entries()
     times = tuning.timings(ch["tuning_key"])
