@@ -9,7 +9,8 @@ dtype, eager calls as a user makes them (default settings, TILEDMM_TUNE unset, a
 the default pick (which variant the plan bound), the same call forced to ``gluon-ws`` and to
 ``tma``, and ``torch.matmul``; each checked against float64 first, then timed with
 ``tiledmm.timing.time_calls`` (CUDA events around queued calls, inputs rotated, median of batches).
-Prints ms and x torch per column.
+Prints ms and x torch per column, then each column's GPU and host microseconds per call apart
+(``timing.device_and_host``): a column whose host time exceeds its GPU time is launch-bound.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def main() -> int:
             sets = _inputs(M, K, N, dtype, harness.rotation_for((M, K, N), str(dtype).replace("torch.", "")))
             a0, b0 = sets[0]
             ref = a0.double() @ b0.double()
-            row = {}
+            row, gpu = {}, {}
             for label, opts in (("pick", {}), ("gluon", {"variant": "gluon-ws"}),
                                 ("tma", {"variant": "tma"})):
                 def f(a, b, opts=opts):
@@ -79,7 +80,9 @@ def main() -> int:
                 if err > 2e-2:
                     print(f"WRONG {dname} {s} {label}: rel {err:.2e}")
                     return 1
-                row[label] = (timing.time_calls([lambda a=a, b=b: f(a, b) for a, b in sets]), None)
+                calls = [lambda a=a, b=b: f(a, b) for a, b in sets]
+                row[label] = (timing.time_calls(calls), None)
+                gpu[label] = timing.device_and_host(calls)
             c = torch.empty(M, N, device="cuda", dtype=dtype)
             plan = bm._plans.get(bm.plan_key(a0, b0, c, prec or "none", 1.0, 0.0))
             picked = {v.launch: v.name for v in V.ALL}.get(getattr(plan, "func", None), "?")
@@ -88,7 +91,10 @@ def main() -> int:
             for label in ("pick", "gluon", "tma"):
                 ms, why = row[label]
                 cells.append(f"{ms:9.4f} {t_torch / ms:5.2f}" if ms else f"{'n/a':>9} {'':>5}")
+            t_gpu, t_host = timing.device_and_host([lambda a=a, b=b: torch.matmul(a, b) for a, b in sets])
+            split = " ".join(f"{label}:{1e3 * gpu[label][0]:.1f}/{1e3 * gpu[label][1]:.1f}" for label in gpu)
             print(f"{dname:5} {s:16} {picked:16} {cells[0]} {cells[1]} {cells[2]} {t_torch:9.4f}", flush=True)
+            print(f"      GPU/host us per call: {split} torch:{1e3 * t_gpu:.1f}/{1e3 * t_host:.1f}", flush=True)
     return 0
 
 
