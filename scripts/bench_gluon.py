@@ -122,7 +122,7 @@ def bench(M, N, K, dtype, configs):
                        sets[0][2].element_size())
     for cfg in configs:
         name = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}s{cfg['num_stages']}w{cfg['num_warps']}"
-                f"e{cfg['EPI_SPLIT']}g{cfg['GROUP_M']}k{cfg['SPLIT_K']}{'sk' if G.stream_k(cfg) else ''}")
+                f"e{cfg['EPI_SPLIT']}g{cfg['GROUP_M']}k{cfg['SPLIT_K']}")
         try:
             t, sp = time_fn(lambda a, b, c, cfg=cfg: (lambda: G.launch(a, b, c, precision=prec, config=cfg)), sets)
             row["configs"][name] = {"ms": t, "tflops": flops / t / 1e9, "x_torch": t_torch / t, "spread": sp,

@@ -151,7 +151,6 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False, bias=0, act=
            "M": "i32", "N": "i32", "K": "i32", "alpha": "fp32", "beta": "fp32"}
     const = dict(STAGES=cfg["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
                  HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"],
-                 STREAM_K=int(G.stream_k(cfg)),
                  LOADER_REGS=G.LOADER_REGS, BIAS=bias, ACT=act, num_warps=cfg["num_warps"])
     sig.update({k: "constexpr" for k in const})
     assert tuple(sig) == K.RUNTIME + K.CONSTEXPRS == tuple(names)

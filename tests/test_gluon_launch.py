@@ -96,7 +96,7 @@ def test_repeat_calls_take_the_c_launch_with_kept_descriptors(monkeypatch):
     assert dc == (("map", 2, c.data_ptr()), 300, 520, 520, 1)
     ws, cnt = G._SCRATCH[-1]
     assert args[28:39] == (c.data_ptr(), 520, c.data_ptr(), 0, ws.data_ptr(), cnt.data_ptr(), 300, 520, 264, 1.0, 0.0)
-    assert args[39:] == (6, False, False, 8, 132, False, True, 1, 1, 0, G.LOADER_REGS, 0, "none", 4)
+    assert args[39:] == (6, False, False, 8, 132, False, True, 1, 1, G.LOADER_REGS, 0, "none", 4)
     G.launch(a, b, c, precision="none", config=CFG)
     assert len(f.expanded) == 3 and f.c[1] == f.c[0]      # same tensors: no descriptor filled again
     a2 = a.clone()

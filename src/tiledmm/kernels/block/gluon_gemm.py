@@ -47,7 +47,6 @@ Gluon's launcher (one warning).
 from __future__ import annotations
 
 import functools
-import math
 import os
 import threading
 import warnings
@@ -67,23 +66,9 @@ def cdiv(x: int, y: int) -> int:
     return -(-x // y)
 
 
-def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1, sk=False) -> dict:
-    c = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "EPI_SPLIT": epi, "SPLIT_K": split,
-         "num_warps": warps, "num_stages": stages}
-    if sk:      # stream-K (only these configs carry the key: the shipped tables' configs stay as written)
-        c["STREAM_K"] = 1
-    return c
-
-
-def stream_k(config: dict) -> bool:
-    return bool(config.get("STREAM_K", 0))
-
-
-def sk_fits(M: int, N: int, K: int, config: dict, sms: int) -> bool:
-    """Whether stream-K's K-step numbering stays in 32 bits (the kernel's indices): every K-step
-    of the launch, and a program's share times the programs."""
-    steps = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]) * cdiv(K, config["BLOCK_K"])
-    return steps < 2 ** 31 and 2 * sms * sms * cdiv(K, config["BLOCK_K"]) < 2 ** 31
+def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1) -> dict:
+    return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "EPI_SPLIT": epi, "SPLIT_K": split,
+            "num_warps": warps, "num_stages": stages}
 
 
 # 16-bit: 128x256 with two consumer warpgroups (the tutorials' best Hopper tile; EPI_SPLIT=2 halves
@@ -91,24 +76,19 @@ def sk_fits(M: int, N: int, K: int, config: dict, sms: int) -> bool:
 # tiles for products with few tiles. tf32: 4-byte operands, half the K per stage; split-K (SPLIT_K
 # units per tile, fixed up in the kernel) only where it won on the H100 (tf32, one row of tiles):
 # in 16-bit it lost to the best unsplit tile on every shape measured (docs/measurements/session7_gluon_kernel_h100.log).
-# Stream-K (sk=True, the last config of each kind's list: the tables' indices of the others stay):
-# the tiles of the last partial waves shared out in equal runs of K-steps (session 10).
 CONFIGS = {
     "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 4),
-              _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8),
-              _c(128, 256, 64, 8, 4, group=16, epi=2, sk=True), _c(128, 128, 64, 8, 4, sk=True)],
+              _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8)],
     "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2),
-             _c(64, 128, 32, 4, 6, split=2), _c(128, 128, 32, 8, 4, sk=True)],
+             _c(64, 128, 32, 4, 6, split=2)],
 }
 # TFLOP/s of each tile on large square products (H100, scripts/bench_gluon.py): the no-timing
 # pick's model of a full wave; SPLIT_COST: a split unit's extra time (partial out, fix-up in),
-# split only where the units fit in one wave. SK_PARTIAL_US: one stream-K partial run's fp32 tile
-# (128x256) written or read back by one SM (~110 GB/s of one SM's L2 bandwidth; a guess to measure)
+# split only where the units fit in one wave
 RATE = {(128, 256, 2): 720, (128, 256, 1): 704, (128, 128, 1): 652, (64, 256, 1): 638,
         (64, 128, 1): 543, (64, 64, 1): 400}
 RATE_TF32 = {(128, 128, 1): 315, (64, 128, 1): 266, (128, 256, 2): 355}
 SPLIT_COST = 1.6
-SK_PARTIAL_US = 1.2
 
 
 def smem_bytes(config: dict, esize: int, out_esize: int) -> int:
@@ -117,55 +97,27 @@ def smem_bytes(config: dict, esize: int, out_esize: int) -> int:
     return config["num_stages"] * (bm + bn) * bk * esize + bm * bn * out_esize // config.get("EPI_SPLIT", 1)
 
 
-def sk_shares(M: int, N: int, K: int, config: dict, sms: int) -> tuple:
-    """Stream-K's schedule, as the kernel computes it (gluon_kernel._schedule): (programs,
-    data-parallel tiles, stream-K tiles, K-steps a program's run in all, partial runs a tile at most)."""
-    tiles = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])
-    k_tiles = cdiv(K, config["BLOCK_K"])
-    programs = min(sms, tiles * k_tiles)
-    dp = tiles if tiles % programs == 0 else max(tiles // programs - 1, 0) * programs
-    run = (tiles - dp) * k_tiles / programs
-    parts = 0 if dp == tiles else (math.ceil(k_tiles / run) + 1 if run < k_tiles else 2)
-    return programs, dp, tiles - dp, run, parts
-
-
-def model_us(M: int, N: int, K: int, config: dict, kind: str, sms: int = 132) -> float:
-    """The no-timing pick's model of a launch, in microseconds: waves of tiles over the SMs, each
-    as long as one tile at its measured rate (RATE: the whole GPU's, so one SM's is RATE / sms);
-    split-K units cost SPLIT_COST; stream-K programs take equal shares of the K-steps and the
-    last-arriving run of a shared tile reads the other runs' partials (SK_PARTIAL_US each)."""
-    bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    rate = (RATE if kind == "16bit" else RATE_TF32)[(bm, bn, config["EPI_SPLIT"])]
-    tile_us = 2.0 * bm * bn * K * sms / (rate * 1e6)
-    if stream_k(config):
-        programs, dp, _, run, parts = sk_shares(M, N, K, config, sms)
-        return dp / programs * tile_us + run / cdiv(K, config["BLOCK_K"]) * tile_us + \
-            parts * SK_PARTIAL_US * bm * bn / 32768
-    split = config["SPLIT_K"]
-    waves = cdiv(cdiv(M, bm) * cdiv(N, bn) * split, sms)
-    return waves * tile_us / split * (SPLIT_COST if split > 1 else 1.0)
-
-
 def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int = 2) -> dict:
-    """The config a no-timing pick takes: the fastest by ``model_us``; among configs within 10% of
-    it the largest tile wins (it moves fewer bytes per flop, which the model leaves out), then the
-    unsplit one, then plain over stream-K. Configs over SMEM_LIMIT are skipped, split-K ones unless
-    all their units fit in one wave with >= 4 K-steps each, stream-K ones where the tiles fill
-    whole waves or its K-step numbers would pass 32 bits."""
+    """The config a no-timing pick takes. Model: waves of tiles over the SMs, each wave as long as
+    one tile at its measured rate (RATE); among configs within 10% of the best modelled time the
+    largest tile wins (it moves fewer bytes per flop, which the model leaves out). Configs over
+    SMEM_LIMIT are skipped, split-K ones unless all their units fit in one wave with >= 4 K-steps each."""
     esize = 2 if kind == "16bit" else 4
+    rates = RATE if kind == "16bit" else RATE_TF32
     timed = []
     for cfg in CONFIGS[kind]:
         split = cfg["SPLIT_K"]
-        units = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"]) * split
+        bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+        units = cdiv(M, bm) * cdiv(N, bn) * split
         if smem_bytes(cfg, esize, out_esize) > SMEM_LIMIT or \
-                (split > 1 and (cdiv(K, cfg["BLOCK_K"]) < 4 * split or units > sms)) or \
-                (stream_k(cfg) and (sk_shares(M, N, K, cfg, sms)[2] == 0 or not sk_fits(M, N, K, cfg, sms))):
+                (split > 1 and (cdiv(K, cfg["BLOCK_K"]) < 4 * split or units > sms)):
             continue
-        timed.append((model_us(M, N, K, cfg, kind, sms), cfg))
+        waves = cdiv(units, sms)
+        cost = SPLIT_COST if split > 1 else 1.0
+        timed.append((waves * bm * bn / split * cost / rates[(bm, bn, cfg["EPI_SPLIT"])], cfg))
     fastest = min(t for t, _ in timed)
-    near = [(cfg["BLOCK_M"] * cfg["BLOCK_N"], -cfg["SPLIT_K"], -stream_k(cfg), -t, cfg)
-            for t, cfg in timed if t <= 1.1 * fastest]
-    return dict(max(near, key=lambda x: x[:4])[4])
+    near = [(cfg["BLOCK_M"] * cfg["BLOCK_N"], -cfg["SPLIT_K"], -t, cfg) for t, cfg in timed if t <= 1.1 * fastest]
+    return dict(max(near, key=lambda x: x[:3])[3])
 
 
 def _order(t):
@@ -223,15 +175,6 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     M, N = a.shape[0], b.shape[1]
     tiles = cdiv(M, bm) * cdiv(N, bn)
     split = config.get("SPLIT_K", 1)
-    if stream_k(config):    # 2 partial runs a program at most; counters for the stream-K tiles only
-        programs, _, sk_tiles, _, _ = sk_shares(M, N, a.shape[1], config, num_sms)
-        return {
-            "a": (a.t() if a_t else a, [bk, bm] if a_t else [bm, bk]),
-            "b": (b.t() if b_t else b, [bn, bk] if b_t else [bk, bn]),
-            "c": (c, [bm, bn // config.get("EPI_SPLIT", 1)]),
-            "A_T": a_t, "B_T": b_t, "tiles": tiles, "split": 1, "grid": programs,
-            "workspace": 2 * programs * bm * bn if sk_tiles else 0, "counters": sk_tiles,
-        }
     return {
         "a": (a.t() if a_t else a, [bk, bm] if a_t else [bm, bk]),
         "b": (b.t() if b_t else b, [bn, bk] if b_t else [bk, bn]),
@@ -322,7 +265,7 @@ def _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_m
         *descs, c, c.stride(0), bias, sbias, ws, cnt, M, N, K, alpha, beta,
         STAGES=config["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=config["GROUP_M"],
         NUM_SMS=sms, HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0, EPI_SPLIT=config.get("EPI_SPLIT", 1),
-        SPLIT_K=plan["split"], STREAM_K=int(stream_k(config)), LOADER_REGS=LOADER_REGS, BIAS=bias_mode, ACT=act, num_warps=config["num_warps"])
+        SPLIT_K=plan["split"], LOADER_REGS=LOADER_REGS, BIAS=bias_mode, ACT=act, num_warps=config["num_warps"])
     return ck, descs
 
 
@@ -342,7 +285,6 @@ class _Bound:
         self.launch, self.coop, self.pdl, self.expand = td.launch, td.cooperative, td.pdl, td.expand
         self.function, self.packed = td.function, td.packed
         self.bm, self.bn, self.split = config["BLOCK_M"], config["BLOCK_N"], config.get("SPLIT_K", 1)
-        self.config = config if stream_k(config) else None      # stream-K: the schedule is computed per call
         self.sms, self.a_t, self.b_t, self.tail = sms, a_t, b_t, tail
         self.mkeys = [repr(sorted(m.items())) for m in td.metadata]   # one tensor-map kind per descriptor
 
@@ -369,13 +311,8 @@ class _Bound:
         pc = c.data_ptr()
         ec = self.desc(2, pc, (M, N), (sc[0], 1), dev)
         tiles = cdiv(M, self.bm) * cdiv(N, self.bn)
-        if self.config is not None:
-            grid, _, sk_tiles, _, _ = sk_shares(M, N, K, self.config, self.sms)
-            ws, cnt = _scratch(dev, sk_tiles, 2 * grid * self.bm * self.bn) if sk_tiles else _SCRATCH[dev]
-        else:
-            grid = min(self.sms, tiles * self.split)
-            ws, cnt = _scratch(dev, tiles, tiles * self.split * self.bm * self.bn) if self.split > 1 else _SCRATCH[dev]
-        self.launch(grid, 1, 1, current_stream(), self.function, self.coop, self.pdl,
+        ws, cnt = _scratch(dev, tiles, tiles * self.split * self.bm * self.bn) if self.split > 1 else _SCRATCH[dev]
+        self.launch(min(self.sms, tiles * self.split), 1, 1, current_stream(), self.function, self.coop, self.pdl,
                     None, None, self.packed, None, None, None, *ea, *eb, *ec, pc, sc[0], bias.data_ptr(), sbias,
                     ws.data_ptr(), cnt.data_ptr(), M, N, K, alpha, beta, *self.tail)
 
@@ -391,8 +328,7 @@ def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: 
         if td.params == kmod.RUNTIME + kmod.CONSTEXPRS:
             has_beta, alpha_one, bias_mode, act = flags      # the constexprs (passed, not read, by the C launch)
             tail = (config["num_stages"], a_t, b_t, config["GROUP_M"], sms, has_beta, alpha_one,
-                    config.get("EPI_SPLIT", 1), config.get("SPLIT_K", 1), int(stream_k(config)), LOADER_REGS,
-                    bias_mode, act,
+                    config.get("EPI_SPLIT", 1), config.get("SPLIT_K", 1), LOADER_REGS, bias_mode, act,
                     config["num_warps"])
             _bound[spec] = _Bound(td, config, sms, a_t, b_t, tail)
             return
@@ -442,9 +378,6 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
         config = {**_pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size()), **(config or {})}
     if bias_mode or act != "none":
         _check_epilogue(bias, bias_mode, act, M, N, c)
-    if stream_k(config) and (config.get("SPLIT_K", 1) != 1 or not sk_fits(M, N, K, config, sms)):
-        raise TiledmmError(f"gluon-ws: stream-K config {config} cannot run {M}x{N}x{K}: SPLIT_K must be 1 "
-                           "and every K-step's number must fit 32 bits")
     alpha, beta = float(alpha), float(beta)
     sa, sb, sc = a.stride(), b.stride(), c.stride()
     a_t, b_t = _order_of(a.shape, sa) == "t", _order_of(b.shape, sb) == "t"

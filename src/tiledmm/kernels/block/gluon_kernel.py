@@ -4,7 +4,7 @@ Imported by ``gluon_gemm`` on the first launch only: importing ``triton.experime
 about 0.12 s, which a process that never launches this kernel should not pay.
 
 ``gluon_ws_kernel``: a persistent, warp-specialised Hopper GEMM (a 1-warp TMA loader partition,
-one or two consumer warpgroups issuing async wgmma), split-K or stream-K in one kernel, and the fused
+one or two consumer warpgroups issuing async wgmma), split-K in one kernel, and the fused
 epilogue ``act(alpha * acc + beta * C + bias)`` in fp32 (``BIAS`` 0 none, 1 one value per
 column, 2 one per row; ``ACT`` as ``kernels._activation``), stored through shared memory by TMA.
 """
@@ -26,7 +26,7 @@ _GL = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16, "torch.float3
 RUNTIME = ("a_desc", "b_desc", "c_desc", "c_ptr", "stride_cm", "bias_ptr", "stride_bias", "ws_ptr", "cnt_ptr",
            "M", "N", "K", "alpha", "beta")
 CONSTEXPRS = ("STAGES", "A_T", "B_T", "GROUP_M", "NUM_SMS", "HAS_BETA", "ALPHA_ONE", "EPI_SPLIT", "SPLIT_K",
-              "STREAM_K", "LOADER_REGS", "BIAS", "ACT", "num_warps")
+              "LOADER_REGS", "BIAS", "ACT", "num_warps")
 
 
 def descriptor(t, block):
@@ -66,78 +66,35 @@ def _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M: gl.constexpr, SPLIT_K: g
 
 
 @gluon.jit
-def _schedule(tiles, k_tiles, STREAM_K: gl.constexpr):
-    """(data-parallel tiles, this program's first and end stream-K K-step, stream-K K-steps in all,
-    programs). Without STREAM_K every tile is data-parallel (whole tiles, or SPLIT_K units). With it,
-    where the tiles do not fill whole waves of the P programs, the last one to two waves' worth of
-    tiles (every tile, under two waves) are shared out as equal runs of K-steps, one run a program
-    (stream-K); K-steps are numbered tile by tile, the data-parallel tiles' first."""
-    P = gl.num_programs(0)
-    dp = tiles
-    if STREAM_K:
-        if tiles % P != 0:
-            dp = max(tiles // P - 1, 0) * P
-    ski = (tiles - dp) * k_tiles
-    pid = gl.program_id(0)
-    lo = dp * k_tiles + pid * ski // P
-    hi = dp * k_tiles + (pid + 1) * ski // P
-    return dp, lo, hi, ski, P
-
-
-@gluon.jit
-def _run_of(g, hi, k_tiles):
-    """The run that starts at K-step g of a program's stream-K range [.., hi): (tile, k_lo, k_hi)."""
-    tile = g // k_tiles
-    k_lo = g - tile * k_tiles
-    return tile, k_lo, min(k_tiles, k_lo + (hi - g))
-
-
-@gluon.jit
-def _load_run(a_desc, b_desc, a_bufs, b_bufs, ready, empty, off_m, off_n, k_lo, k_hi, it,
-              BK: gl.constexpr, STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr):
-    """The loader's K-steps [k_lo, k_hi) of one tile into the ring; returns the ring position after."""
-    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-    for ki in range(k_lo, k_hi):
-        s = it % STAGES
-        # a fresh barrier passes a wait on parity 1: the first lap needs no consumer
-        mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
-        bar = ready.index(s)
-        mbarrier.expect(bar, nbytes)
-        k = ki * BK
-        if A_T:
-            _tma_load(a_desc, [k, off_m], bar, a_bufs.index(s))
-        else:
-            _tma_load(a_desc, [off_m, k], bar, a_bufs.index(s))
-        if B_T:
-            _tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
-        else:
-            _tma_load(b_desc, [k, off_n], bar, b_bufs.index(s))
-        it += 1
-    return it
-
-
-@gluon.jit
 def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
             BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
             A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
-            SPLIT_K: gl.constexpr, STREAM_K: gl.constexpr):
+            SPLIT_K: gl.constexpr):
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
-    dp, lo, hi, ski, P = _schedule(num_pid_m * num_pid_n, k_tiles, STREAM_K)
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     it = 0
-    for unit in range(gl.program_id(0), dp * SPLIT_K, NUM_SMS):
+    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
         tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
-        it = _load_run(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pid_m * BM, pid_n * BN, k_lo, k_hi, it,
-                       BK, STAGES, A_T, B_T)
-    if STREAM_K:
-        g = lo
-        while g < hi:
-            tile, k_lo, k_hi = _run_of(g, hi, k_tiles)
-            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-            it = _load_run(a_desc, b_desc, a_bufs, b_bufs, ready, empty, pid_m * BM, pid_n * BN, k_lo, k_hi, it,
-                           BK, STAGES, A_T, B_T)
-            g += k_hi - k_lo
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        for ki in range(k_lo, k_hi):
+            s = it % STAGES
+            # a fresh barrier passes a wait on parity 1: the first lap needs no consumer
+            mbarrier.wait(empty.index(s), ((it // STAGES) & 1) ^ 1)
+            bar = ready.index(s)
+            mbarrier.expect(bar, nbytes)
+            k = ki * BK
+            if A_T:
+                _tma_load(a_desc, [k, off_m], bar, a_bufs.index(s))
+            else:
+                _tma_load(a_desc, [off_m, k], bar, a_bufs.index(s))
+            if B_T:
+                _tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
+            else:
+                _tma_load(b_desc, [k, off_n], bar, b_bufs.index(s))
+            it += 1
 
 
 @gluon.jit
@@ -196,48 +153,37 @@ def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_
 
 
 @gluon.jit
-def _mma_run(a_bufs, b_bufs, ready, empty, k_lo, k_hi, it, layout: gl.constexpr, BM: gl.constexpr,
-             BN: gl.constexpr, STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr):
-    """The consumers' K-steps [k_lo, k_hi) of one tile: (fp32 accumulator, ring position after)."""
-    acc = gl.zeros((BM, BN), dtype=gl.float32, layout=layout)
-    for ki in range(k_lo, k_hi):
-        s = it % STAGES
-        mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-        a = a_bufs.index(s)
-        if A_T:
-            a = a.permute((1, 0))
-        b = b_bufs.index(s)
-        if B_T:
-            b = b.permute((1, 0))
-        acc = warpgroup_mma(a, b, acc, is_async=True)
-        # one wgmma stays in flight: the one before it is done, so its stage goes back
-        acc = warpgroup_mma_wait(1, deps=(acc,))
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
-        it += 1
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-    mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi > k_lo)
-    return acc, it
-
-
-@gluon.jit
 def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bias_ptr, stride_bias, ws_ptr, cnt_ptr,
               M, N, K, alpha, beta,
               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
               A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
               HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr,
-              STREAM_K: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr):
+              BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr):
     layout: gl.constexpr = _acc_layout(a_bufs.dtype, BN, NUM_WARPS)
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
-    dp, lo, hi, ski, P = _schedule(num_pid_m * num_pid_n, k_tiles, STREAM_K)
-    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-    offs = rows[:, None] * BN + cols[None, :]          # a partial tile's elements in the workspace
     it = 0
-    for unit in range(gl.program_id(0), dp * SPLIT_K, NUM_SMS):
+    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
         tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
-        acc, it = _mma_run(a_bufs, b_bufs, ready, empty, k_lo, k_hi, it, layout, BM, BN, STAGES, A_T, B_T)
+        acc = gl.zeros((BM, BN), dtype=gl.float32, layout=layout)
+        for ki in range(k_lo, k_hi):
+            s = it % STAGES
+            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+            a = a_bufs.index(s)
+            if A_T:
+                a = a.permute((1, 0))
+            b = b_bufs.index(s)
+            if B_T:
+                b = b.permute((1, 0))
+            acc = warpgroup_mma(a, b, acc, is_async=True)
+            # one wgmma stays in flight: the one before it is done, so its stage goes back
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
+            it += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi > k_lo)
+
         if SPLIT_K == 1:
             _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN, M, N,
                       alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT)
@@ -245,6 +191,9 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
             # split-K in one kernel: every unit leaves its fp32 partial in the workspace and counts
             # itself in on the tile's counter; the last to arrive adds the others' partials, resets
             # the counter for the next launch and runs the epilogue
+            rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+            cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+            offs = rows[:, None] * BN + cols[None, :]
             gl.store(ws_ptr + unit.to(gl.int64) * (BM * BN) + offs, acc)
             _cta_barrier()
             arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
@@ -256,42 +205,6 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
                 gl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
                 _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN,
                           M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT)
-    if STREAM_K:
-        # stream-K: a run that covers its whole tile ends in the epilogue; a partial run leaves its
-        # fp32 partial in the program's workspace slot (2 pid for its first run, 2 pid + 1 for its
-        # last: the runs between are whole tiles) and adds its K-steps to the tile's counter; the run
-        # that completes the count adds the other runs' partials (their programs follow from the
-        # equal shares), resets the counter for the next launch and runs the epilogue
-        pid = gl.program_id(0)
-        base = dp * k_tiles
-        g = lo
-        while g < hi:
-            tile, k_lo, k_hi = _run_of(g, hi, k_tiles)
-            pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-            acc, it = _mma_run(a_bufs, b_bufs, ready, empty, k_lo, k_hi, it, layout, BM, BN, STAGES, A_T, B_T)
-            if k_hi - k_lo == k_tiles:
-                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN,
-                          M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT)
-            else:
-                slot = 2 * pid + (g != lo).to(gl.int32)
-                gl.store(ws_ptr + slot.to(gl.int64) * (BM * BN) + offs, acc)
-                _cta_barrier()
-                arrived = gl.atomic_add(cnt_ptr + (tile - dp), k_hi - k_lo, sem="acq_rel", scope="gpu")
-                if arrived + (k_hi - k_lo) == k_tiles:
-                    # the programs whose runs cover this tile's K-steps (x: a step's place in the shares)
-                    x0 = tile * k_tiles - base
-                    q0 = ((x0 + 1) * P - 1) // ski
-                    q1 = ((x0 + k_tiles) * P - 1) // ski
-                    for q in range(q0, q1 + 1):
-                        if q != pid:
-                            q_first = (base + q * ski // P) // k_tiles     # the tile of q's first run
-                            q_slot = 2 * q + (q_first != tile).to(gl.int32)
-                            acc += gl.load(ws_ptr + q_slot.to(gl.int64) * (BM * BN) + offs, cache_modifier=".cg")
-                    gl.atomic_xchg(cnt_ptr + (tile - dp), 0, sem="relaxed", scope="gpu")
-                    _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM,
-                              pid_n * BN, M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT,
-                              BIAS, ACT)
-            g += k_hi - k_lo
     tma.store_wait(pendings=0)
 
 
@@ -302,8 +215,7 @@ def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_b
                     alpha, beta,
                     STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr,
                     NUM_SMS: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
-                    EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, STREAM_K: gl.constexpr,
-                    LOADER_REGS: gl.constexpr,
+                    EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, LOADER_REGS: gl.constexpr,
                     BIAS: gl.constexpr, ACT: gl.constexpr, num_warps: gl.constexpr):
     BM: gl.constexpr = c_desc.block_type.shape[0]
     BN: gl.constexpr = c_desc.block_type.shape[1] * EPI_SPLIT
@@ -321,9 +233,9 @@ def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_b
     gl.warp_specialize([
         (_consumer, (c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bias_ptr, stride_bias,
                      ws_ptr, cnt_ptr, M, N, K, alpha, beta, BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS,
-                     HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, STREAM_K, BIAS, ACT, num_warps)),
+                     HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, BIAS, ACT, num_warps)),
         (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
-                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K, STREAM_K)),
+                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K)),
     ], [1], [LOADER_REGS])
 
     for i in gl.static_range(STAGES):

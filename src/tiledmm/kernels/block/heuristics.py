@@ -59,9 +59,6 @@ class Traits:
     persistent: one program per SM walks the tiles.
     tma_store: the C tile is staged in shared memory for the copy engine.
     split: (M, N, K, batch, config, sms) -> (S, K per split), for variants that split K.
-    waves: (M, N, K, batch, config, sms) -> (waves, extra bytes moved) or None, for a config whose
-        programs do not each take whole units (stream-K: equal shares of every tile's K-steps, the
-        partial tiles written and read back); None: whole units, ceil(programs / SMs) waves.
     speed: (problem, config) -> throughput relative to the persistent TMA kernel.
     copies: (a, b, c, precision) -> bytes the variant copies before its kernel runs.
     modelled: False for a variant only timing may choose.
@@ -79,7 +76,6 @@ class Traits:
     persistent: bool = False
     tma_store: bool = False
     split: Callable[..., tuple] | None = None
-    waves: Callable[..., tuple | None] | None = None
     speed: Callable[..., float] = lambda p, cfg: 1.0
     copies: Callable[..., int] | None = None
     modelled: bool = True
@@ -146,11 +142,9 @@ def estimate_us(c: dict, p: Problem, t: Traits, dev: Device, copy_bytes: int = 0
     speed = t.speed(p, c) * reuse(c) * (0.5 if spills else 1.0)
     # each program fills its pipeline once (a persistent program once for all its tiles)
     k_eff = max(k_per, 1) + (0 if t.persistent else c.get("num_stages", 1) * c["BLOCK_K"])
-    shares = t.waves(p.M, p.N, p.K, p.batch, c, dev.sms) if t.waves else None
-    waves, extra = shares if shares is not None else (math.ceil(programs / dev.sms), 0)
-    compute = waves * bm * bn * k_eff / (_MACS_PER_US[p.kind] * speed)
+    compute = math.ceil(programs / dev.sms) * bm * bn * k_eff / (_MACS_PER_US[p.kind] * speed)
     batch_ab = p.batch if p.batch > 1 else 1
-    traffic = (p.M * p.K + p.K * p.N) * p.esize * batch_ab + p.batch * p.M * p.N * p.out_esize + extra
+    traffic = (p.M * p.K + p.K * p.N) * p.esize * batch_ab + p.batch * p.M * p.N * p.out_esize
     fixed = 0.0
     if S > 1:
         traffic += 2 * S * p.batch * p.M * p.N * 4

@@ -227,21 +227,8 @@ def _gluon_split(M, N, K, batch, config, sms) -> tuple:
     return s, cdiv(K, s)
 
 
-def _gluon_waves(M, N, K, batch, config, sms):
-    """Stream-K configs: the waves of tile-times a program's share amounts to, and the partial tiles'
-    bytes (each program writes at most two, each read back once); None for the others."""
-    if not gluon_gemm.stream_k(config):
-        return None
-    programs, dp, sk_tiles, run, _ = gluon_gemm.sk_shares(M, N, K, config, sms)
-    if not sk_tiles:
-        return None
-    waves = dp / programs + run / cdiv(K, config["BLOCK_K"])
-    return waves, 2 * 2 * programs * config["BLOCK_M"] * config["BLOCK_N"] * 4
-
-
 GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune, epilogue=True,
-                traits=Traits(persistent=True, tma_store=True, split=_gluon_split, waves=_gluon_waves,
-                              speed=H.gluon_speed,
+                traits=Traits(persistent=True, tma_store=True, split=_gluon_split, speed=H.gluon_speed,
                               capability=(9, 0), host_us=22.0))
 
 SPLITK = from_module(splitk)
