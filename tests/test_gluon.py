@@ -452,3 +452,29 @@ def test_gpu_default_pick_is_gluon_for_4096_cubed_bf16_only():
         assert (plan.func is G.launch) == want, plan
         ref = a.double() @ b.double()
         assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.gpu
+def test_gpu_short_path_class_launch_serves_new_sizes_of_a_class():
+    """Through tiledmm.matmul's short path: a class bound to this kernel keeps one class launch
+    (gluon_gemm._ClassLaunch) that serves a new M, N or K of the class without a new specialisation;
+    each result right against float64 (output of a fresh allocation each call)."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    import tiledmm
+    from tiledmm import api
+    from tiledmm.kernels.block import matmul as bm
+    a, b, _ = _mats(4096, 4096, 4096, BF16, device="cuda")
+    tiledmm.matmul(a, b, kernel="triton")
+    c = torch.empty(4096, 4096, device="cuda", dtype=BF16)
+    if bm._plans[bm.plan_key(a, b, c, "none", 1.0, 0.0)].func is not G.launch:
+        pytest.skip("the default does not take this kernel for 4096^3 bf16 here")
+    bound = len(G._bound)
+    for M, N, K in ((4100, 4096, 4096), (5000, 4224, 4096), (4096, 4096, 4352)):   # rows of 128-byte multiples
+        a2, b2, _ = _mats(M, N, K, BF16, device="cuda")
+        out = tiledmm.matmul(a2, b2, kernel="triton")
+        ref = a2.double() @ b2.double()
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2, (M, N, K)
+    assert len(G._bound) == bound
+    classes = [hit[0] for plan in api._fast_plans.values() for hit in getattr(plan, "bound", {}).values()]
+    assert any(isinstance(cls, G._ClassLaunch) for cls in classes), classes

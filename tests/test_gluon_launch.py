@@ -107,6 +107,50 @@ def test_repeat_calls_take_the_c_launch_with_kept_descriptors(monkeypatch):
     assert len(f.public) == 1 and f.c[-1][0] == -(-77 // 64) * -(-520 // 128) and f.c[-1][34:37] == (77, 520, 264)
 
 
+def test_the_class_launch_takes_the_bound_specialisation_for_any_size_of_the_class(monkeypatch):
+    """The short path's class launch (gluon_gemm.class_launch, fastlaunch.bind's protocol): after one
+    launch, a call of another size with the same layout goes straight to the C launch on the stream it
+    is given (no Gluon launcher, no new specialisation); another layout, a C row stride Triton
+    specialises otherwise, a batch or different alpha/beta flags launch nothing (False)."""
+    from tiledmm.kernels.block import fastlaunch
+    f = _Fake(monkeypatch)
+    a, b, c = _mats(300, 520, 264)
+    G.launch(a, b, c, precision="none", config=CFG)
+    cls = G.class_launch(a, b, c, 1.0, 0.0, precision="none", config=CFG)
+    assert isinstance(cls, G._ClassLaunch) and len(f.public) == 1 and not f.c
+
+    def env(x, y, z, alpha=1.0, beta=0.0):
+        return fastlaunch.env(x.shape, y.shape, x.stride(), y.stride(), z.stride(), x.data_ptr(), y.data_ptr(),
+                              z.data_ptr(), alpha, beta)
+    a2, _, c2 = _mats(77, 520, 264)
+    assert cls(99, env(a2, b, c2)) is True
+    args = f.c[-1]
+    assert args[0] == -(-77 // 64) * -(-520 // 128) and args[3] == 99 and args[34:37] == (77, 520, 264)
+    assert args[13:16] == (("map", 0, a2.data_ptr()), 77, 264) and args[28] == c2.data_ptr()
+    assert len(f.public) == 1 and len(G._bound) == 1
+    at, _, _ = _mats(77, 520, 264, a_t=True)
+    wide = torch.empty(77, 528, dtype=BF16)[:, :520]      # row stride 528 (a multiple of 16) where 520 is not
+    assert cls(99, env(at, b, c2)) is False and cls(99, env(a2, b, wide)) is False
+    assert cls(99, env(a2, b, c2, alpha=2.0)) is False and cls(99, env(a2, b, c2, beta=1.0)) is False
+    assert cls(99, env(a2, b, c2)[:-1] + (2,)) is False
+    assert len(f.c) == 1
+    # not bound (Gluon's launcher for good): no class launch
+    G._bound[next(iter(G._bound))] = G._PUBLIC
+    assert G.class_launch(a, b, c, 1.0, 0.0, precision="none", config=CFG) is None
+
+
+def test_fastlaunch_bind_takes_a_variants_own_class_launch():
+    from tiledmm.kernels.block import fastlaunch
+    ran, made = [], object()
+
+    def fn(a, b, c, alpha, beta):
+        ran.append((a, b, c, alpha, beta))
+    fn.class_launch = lambda a, b, c, alpha, beta: made
+    assert fastlaunch.bind(fn, 1, 2, 3, 1.0, 0.0) == (made, None) and ran == [(1, 2, 3, 1.0, 0.0)]
+    fn.class_launch = lambda *x: None
+    assert fastlaunch.bind(fn, 1, 2, 3, 1.0, 0.0) == (None, None) and len(ran) == 2
+
+
 def test_transposed_operands_are_described_by_their_transposes(monkeypatch):
     f = _Fake(monkeypatch)
     a, b, c = _mats(300, 520, 264, a_t=True, b_t=True)

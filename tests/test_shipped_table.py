@@ -171,6 +171,21 @@ def test_a_variant_compiled_in_every_process_is_not_the_default(fresh, monkeypat
         v.traits.compiles_per_process for v in V.ALL if v.name != "blocked" and v is not V.SIMT_ASYNC)
 
 
+def test_a_variant_that_models_its_own_config_takes_it_for_the_call_the_table_names_the_variant(fresh, monkeypatch):
+    """The Gluon kernel's case (Traits.own_config_by_shape): the table names the variant; the config is
+    the model's for this call's size, not the one recorded at the class's representative size."""
+    a, b, c = _call(45, 21, 70)
+    model, other = _other_than_model(a, b, c)
+    _write_table(fresh, a, b, c, other)
+    import dataclasses
+    own = [dataclasses.replace(v, traits=dataclasses.replace(v.traits, own_config_by_shape=True))
+           if v.name == "blocked" else v for v in V.ALL]
+    monkeypatch.setattr(V, "ALL", own)
+    ch = _chosen(a, b, c)
+    assert ch["source"] == "table" and ch["variant"] == "blocked" and ch["config"] == model.config != other, ch
+    assert V.GLUON.traits.own_config_by_shape
+
+
 def test_entries_timed_on_one_operand_set_count_only_where_l2_cannot_hold_them():
     """A table entry timed without rotated operands (session 8's first H100 table) stands only for
     classes whose operands exceed L2 or that are compute-bound; rotated entries always do."""

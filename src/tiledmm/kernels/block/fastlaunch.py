@@ -247,10 +247,15 @@ def _exact(mode, launches: list, a, b, c):
 
 def bind(fn, a, b, c, alpha: float, beta: float) -> tuple:
     """Run ``fn(a, b, c, alpha=, beta=)`` once and return what repeats it without the dispatcher:
-    (``ClassLaunch`` or None, ``replay``'s exact bound launch or None). The class launch serves
+    (``ClassLaunch`` or None, ``replay``'s exact bound launch or None); for a variant with its own
+    ``class_launch`` (``fn.class_launch``), that one's or none. The class launch serves
     every later call of the same shape class and layout (the caller keys it); the exact one only
     calls of this very signature."""
     mode, launches = _record(fn, a, b, c, {"alpha": alpha, "beta": beta})
+    own = getattr(fn, "class_launch", None)
+    if own is not None:                 # a variant that binds its own launches (the Gluon kernel)
+        cls = own(a, b, c, alpha, beta)
+        return (cls, None) if cls is not None else (None, None)
     if _adapter.triton_direct() and mode is True:          # (decides direct launches on first use)
         plain = _plain(launches, a, b, c)
         cls = ClassLaunch.of(plain, a, b, c, alpha, beta) if plain is not None else None

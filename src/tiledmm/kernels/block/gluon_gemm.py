@@ -306,15 +306,42 @@ class _Bound:
         return hit
 
     def __call__(self, a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev) -> None:
-        ea = self.desc(0, a.data_ptr(), (K, M) if self.a_t else (M, K), (sa[1] if self.a_t else sa[0], 1), dev)
-        eb = self.desc(1, b.data_ptr(), (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1), dev)
-        pc = c.data_ptr()
+        self.go(current_stream(), a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, sa, sb, sc,
+                bias.data_ptr(), sbias, alpha, beta, dev)
+
+    def go(self, stream: int, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta,
+           dev) -> None:
+        ea = self.desc(0, pa, (K, M) if self.a_t else (M, K), (sa[1] if self.a_t else sa[0], 1), dev)
+        eb = self.desc(1, pb, (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1), dev)
         ec = self.desc(2, pc, (M, N), (sc[0], 1), dev)
         tiles = cdiv(M, self.bm) * cdiv(N, self.bn)
         ws, cnt = _scratch(dev, tiles, tiles * self.split * self.bm * self.bn) if self.split > 1 else _SCRATCH[dev]
-        self.launch(min(self.sms, tiles * self.split), 1, 1, current_stream(), self.function, self.coop, self.pdl,
-                    None, None, self.packed, None, None, None, *ea, *eb, *ec, pc, sc[0], bias.data_ptr(), sbias,
+        self.launch(min(self.sms, tiles * self.split), 1, 1, stream, self.function, self.coop, self.pdl,
+                    None, None, self.packed, None, None, None, *ea, *eb, *ec, pc, sc[0], pbias, sbias,
                     ws.data_ptr(), cnt.data_ptr(), M, N, K, alpha, beta, *self.tail)
+
+
+class _ClassLaunch:
+    """A bound specialisation serving a whole shape class of the short path (``fastlaunch.bind``'s
+    class-launch protocol, ``__call__(stream, env) -> bool`` with ``env`` from ``fastlaunch.env``):
+    a plain product (no bias or activation) whose sizes, strides and pointers come from each call.
+    Returns False, launching nothing, where the call is not this specialisation's (another layout,
+    a C row stride Triton would specialise otherwise, a batch, sizes past 32 bits): the caller then
+    runs the variant, which binds that one. Immutable."""
+
+    def __init__(self, bound: _Bound, a_t: bool, b_t: bool, c_key: int, flags: tuple, dev: int):
+        self.bound, self.a, self.b, self.c_key, self.flags, self.dev = bound, "t" if a_t else "n", \
+            "t" if b_t else "n", c_key, flags, dev
+
+    def __call__(self, stream: int, env: tuple) -> bool:
+        pa, pb, pc, M, N, K, _, sam, sak, _, sbk, sbn, _, scm, scn, alpha, beta, batch = env
+        if batch != 1 or scn != 1 or _int_key(scm) != self.c_key or (beta != 0.0, alpha == 1.0) != self.flags \
+                or max(M, N, K) >= 2 ** 31 or _order_of((M, K), (sam, sak)) != self.a \
+                or _order_of((K, N), (sbk, sbn)) != self.b:
+            return False
+        self.bound.go(stream, pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta,
+                      self.dev)
+        return True
 
 
 def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: tuple) -> None:
@@ -367,6 +394,36 @@ def _from_index(spec, a, b, c, config, sms, a_t, b_t, flags):
     return None
 
 
+def _full_config(config, M: int, N: int, K: int, a, c, sms: int) -> dict:
+    if not config or not _FULL <= config.keys():
+        config = {**_pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size()), **(config or {})}
+    return config
+
+
+def _spec(config, a, c, bias, bias_mode, act, alpha, beta, a_t, b_t, stride_cm, sbias, biggest, dev, sms) -> tuple:
+    """What one compiled and bound specialisation stands for (the key of ``_bound``)."""
+    return (tuple(config.items()), a.dtype, c.dtype, bias.dtype, bias.data_ptr() % 16 == 0, bias_mode, act,
+            beta != 0.0, alpha == 1.0, a_t, b_t, _int_key(stride_cm), _int_key(sbias), biggest >= 2 ** 31, dev, sms)
+
+
+def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
+    """After a plain launch of (a, b, c) (no bias or activation): its bound specialisation as a
+    class launch for the short path (``_ClassLaunch``), or None where it was not bound (Gluon's own
+    launcher, an undecided adapter)."""
+    M, K = a.shape
+    N = b.shape[1]
+    sms = _num_sms()
+    config = _full_config(config, M, N, K, a, c, sms)
+    alpha, beta = float(alpha), float(beta)
+    a_t, b_t = _order(a) == "t", _order(b) == "t"
+    dev = c.get_device()
+    bound = _bound.get(_spec(config, a, c, c, 0, "none", alpha, beta, a_t, b_t, c.stride(0), 0, max(M, N, K),
+                             dev, sms))
+    if not isinstance(bound, _Bound):
+        return None
+    return _ClassLaunch(bound, a_t, b_t, _int_key(c.stride(0)), (beta != 0.0, alpha == 1.0), dev)
+
+
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, bias_mode=0, act="none") -> None:
     """Enqueue c = act(alpha * a @ b + beta * c + bias) on torch's current stream (no host sync).
     A partial ``config`` is completed from ``heuristic``'s; ``bias_mode`` 1: ``bias`` has one value
@@ -374,8 +431,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    if not config or not _FULL <= config.keys():
-        config = {**_pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size()), **(config or {})}
+    config = _full_config(config, M, N, K, a, c, sms)
     if bias_mode or act != "none":
         _check_epilogue(bias, bias_mode, act, M, N, c)
     alpha, beta = float(alpha), float(beta)
@@ -386,8 +442,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     else:
         sbias = bias.stride(0)
     dev = c.get_device()
-    spec = (tuple(config.items()), a.dtype, c.dtype, bias.dtype, bias.data_ptr() % 16 == 0, bias_mode, act,
-            beta != 0.0, alpha == 1.0, a_t, b_t, _int_key(sc[0]), _int_key(sbias), max(M, N, K) >= 2 ** 31, dev, sms)
+    spec = _spec(config, a, c, bias, bias_mode, act, alpha, beta, a_t, b_t, sc[0], sbias, max(M, N, K), dev, sms)
     bound = _bound.get(spec)
     if bound is None:
         with _bind_lock:        # one thread compiles and binds a specialisation; the others wait

@@ -72,7 +72,10 @@ class Traits:
         cache of rung 11's kernels: about 4.5 s on a first call, H100 session 9), where Triton's
         come from its disk cache in ~0.1 s. The no-timing default (the shipped table) does not pick
         such a variant -- its first call would wait for seconds; timing (TILEDMM_TUNE=on, whose user
-        accepts a wait), the store and a forced ``variant=`` still may."""
+        accepts a wait), the store and a forced ``variant=`` still may.
+    own_config_by_shape: its config is its own model's for the call's size (it offers the dispatcher
+        one config, the one its model picks): where the shipped table names the variant, that config
+        is taken, not the one the table recorded at its class's representative size."""
     persistent: bool = False
     tma_store: bool = False
     split: Callable[..., tuple] | None = None
@@ -82,6 +85,7 @@ class Traits:
     capability: tuple = (0, 0)
     host_us: float = 50.0
     compiles_per_process: bool = False
+    own_config_by_shape: bool = False
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,8 @@ def _bind(v: V.Variant, precision: str, config: dict) -> Callable:
     fn = functools.partial(v.launch, precision=precision, config=config)
     fn.replayable = v.replayable     # type: ignore[attr-defined]  (read by fastlaunch.replay)
     fn.epilogue = v.epilogue         # type: ignore[attr-defined]  (read by tiledmm.ops: bias=, bias_mode=, act=)
+    fn.class_launch = functools.partial(v.class_launch, precision=precision, config=config) \
+        if v.class_launch else None  # type: ignore[attr-defined]  (read by fastlaunch.bind)
     return fn
 
 
@@ -172,8 +174,11 @@ def _runnable(a, b, c, precision: str, alpha: float, beta: float, batch: int) ->
 def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | None = None,
                passes: int = 0) -> list[H.Candidate]:
     """Every (variant, config) that may run this call (``model_candidates`` of the applicable
-    variants, at the class's representative size: the candidates depend on the plan key alone);
-    a variant without a fused epilogue is charged ``passes`` reads and writes of C."""
+    variants, at the class's representative M -- its least, 2 ** floor(log2 M) -- and the call's own
+    N and K: a layer's weight gives the same N and K call after call while M, the tokens, varies,
+    and the best tile for a wave of 132 SMs moves within a class: 11008 columns are 43 tiles of 256
+    where the class's 8192 are 32); a variant without a fused epilogue is charged ``passes`` reads
+    and writes of C. The plan key's first call fixes them for its class."""
     key = key or plan_key(a, b, c, precision, alpha, beta)
     p = _problem(a, b, c, precision)
     vs = _runnable(a, b, c, precision, alpha, beta, p.batch)
@@ -183,8 +188,8 @@ def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | 
             if not v.epilogue:
                 copies[v.name] = copies.get(v.name, 0) + passes * c.numel() * c.element_size()
     unbound = {v.name for v in vs if not (v.replayable(a, b, c) if callable(v.replayable) else v.replayable)}
-    rM, rN, rK = (2 ** e for e in key[10])
-    return model_candidates(vs, _problem(a, b, c, precision, (rM, rK, rN)), device(index_of(c)), copies, unbound)
+    rM = 2 ** key[10][0]
+    return model_candidates(vs, _problem(a, b, c, precision, (rM, p.K, p.N)), device(index_of(c)), copies, unbound)
 
 
 def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None = None,
@@ -209,7 +214,10 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, batch: int, optio
     """The shipped table's choice for ``key`` (``shipped.py``: this GPU model's table, the nearest
     class with this layout whose variant runs the call, does not compile anew in every process
     (``Traits.compiles_per_process``: a first call would wait seconds for it) and whose config
-    fits), added to ``options`` if the class's own candidates lack it; None where there is none."""
+    fits), added to ``options`` if the class's own candidates lack it; None where there is none. For a
+    variant whose config is its own model's (``Traits.own_config_by_shape``) the table gives the variant
+    and the candidate of this call's size its config (the table's was the model's at the class's
+    representative size, up to 2x off in N and K)."""
     if not shipped.enabled():
         return None
     from ...analysis.device import properties
@@ -224,6 +232,10 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, batch: int, optio
         v = runnable.get(e["variant"])
         if v is None or dev.capability < v.traits.capability or v.traits.compiles_per_process:
             continue
+        if v.traits.own_config_by_shape:      # the table's variant, its own model's config for this call
+            own = [cd for cd in options.values() if cd.variant is not None and cd.variant.name == v.name]
+            if own:
+                return H.pick(own, _problem(a, b, c, precision), dev).name
         cfg = e["config"]
         if "BLOCK_M" in cfg and not C.fitting([cfg], a.element_size(), c.element_size(), v.traits.tma_store, dev.smem):
             continue

@@ -62,6 +62,10 @@ class Variant:
     # its launch also takes the fused epilogue's keywords bias=, bias_mode=, act= (matmul_kernel's
     # BIAS and ACT): tiledmm.ops runs bias and activation in it instead of two more passes over C
     epilogue: bool = False
+    # class_launch(a, b, c, alpha, beta, precision=, config=) -> after a launch of (a, b, c), the
+    # short path's launch for the whole shape class (fastlaunch.bind's protocol), or None: for a
+    # variant whose launches are not FastKernel's (the Gluon kernel binds its own)
+    class_launch: Callable[..., object] | None = None
 
 
 def _dims(a, b):
@@ -202,14 +206,16 @@ def from_module(mod) -> Variant:
     where it has them) as a Variant."""
     return Variant(mod.NAME, mod.applicable, lambda kind: mod.CONFIGS.get(kind, []), mod.launch,
                    getattr(mod, "REPLAYABLE", False), getattr(mod, "prune", None), getattr(mod, "TRAITS", Traits()),
-                   mod.heuristic)
+                   mod.heuristic, class_launch=getattr(mod, "class_launch", None))
 
 
 # -- the warp-specialised Gluon kernel (Hopper, gluon_gemm.py) --------------------------------------
 # Not replayable by fastlaunch (its launches are not FastKernel's): repeat calls are bound by gluon_gemm
 # itself (the compiled kernel's C launch, tensor maps kept per pointer and shape): 10-24 us of host time
 # through gluon_gemm.launch, 25-27 us through tiledmm.matmul's plan on the H100
-# (docs/measurements/session8_gluonbind_h100.log; 95-153 us before, through Gluon's JIT launcher). Its host
+# (docs/measurements/session8_gluonbind_h100.log; 95-153 us before, through Gluon's JIT launcher); 34 us
+# through the plan in session 9 (torch 21), when the short path still called the variant's launch each
+# time: its class launch (gluon_gemm.class_launch) now takes the bound specialisation directly. Its host
 # floor is the worst of those in the model's units (the model's GPU times assume the tensor cores' peak;
 # the kernels reach ~0.79 of it: 27.4 x 0.79 = 22). Fused epilogue (bias, activation). Never in
 # the interpreter (Gluon does not run there). Listed last: where the model ties it with an earlier
@@ -229,7 +235,7 @@ def _gluon_split(M, N, K, batch, config, sms) -> tuple:
 
 GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune, epilogue=True,
                 traits=Traits(persistent=True, tma_store=True, split=_gluon_split, speed=H.gluon_speed,
-                              capability=(9, 0), host_us=22.0))
+                              capability=(9, 0), host_us=22.0, own_config_by_shape=True))
 
 SPLITK = from_module(splitk)
 ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, with_kmajor(SPLITK), from_module(tma_copy),
