@@ -25,7 +25,8 @@ os.environ.pop("TILEDMM_TUNE", None)
 import torch  # noqa: E402
 
 import tiledmm  # noqa: E402
-from tiledmm import harness, timing  # noqa: E402
+from tiledmm import api, harness, timing  # noqa: E402
+from tiledmm.kernels.block import shortpath  # noqa: E402
 from tiledmm.kernels.block import matmul as bm  # noqa: E402
 from tiledmm.kernels.block import variants as V  # noqa: E402
 
@@ -92,9 +93,19 @@ def main() -> int:
                 ms, why = row[label]
                 cells.append(f"{ms:9.4f} {t_torch / ms:5.2f}" if ms else f"{'n/a':>9} {'':>5}")
             t_gpu, t_host = timing.device_and_host([lambda a=a, b=b: torch.matmul(a, b) for a, b in sets])
+            # the short path's launch for this call's class: a class launch (any size of the class), an
+            # exact-signature one, or the variant's own launch each call
+            key = shortpath._class_key(a0.device.index, a0.shape, b0.shape, a0.stride(), b0.stride(), c.stride(),
+                                       a0.data_ptr(), b0.data_ptr(), c.data_ptr(), max(1, 16 // a0.element_size()),
+                                       1.0, 0.0)
+            hits = [plan.bound.get(key) for plan in api._fast_plans.values() if hasattr(plan, "bound")]
+            hit = next((h for h in hits if h is not None), None)
+            how = "none" if hit is None else (type(hit[0]).__name__ if hit[0] is not None else
+                                              f"exact:{sum(1 for g in hit[2].values() if g)}/{len(hit[2])}")
             split = " ".join(f"{label}:{1e3 * gpu[label][0]:.1f}/{1e3 * gpu[label][1]:.1f}" for label in gpu)
             print(f"{dname:5} {s:16} {picked:16} {cells[0]} {cells[1]} {cells[2]} {t_torch:9.4f}", flush=True)
-            print(f"      GPU/host us per call: {split} torch:{1e3 * t_gpu:.1f}/{1e3 * t_host:.1f}", flush=True)
+            print(f"      GPU/host us per call: {split} torch:{1e3 * t_gpu:.1f}/{1e3 * t_host:.1f}; short path: {how}",
+                  flush=True)
     return 0
 
 
