@@ -402,13 +402,17 @@ def test_gpu_cuda_graph_captures_the_bound_launch():
 
 # -- the variant in the dispatcher (variants.GLUON; the model's side is in tests/test_heuristics.py) --
 
-def test_registered_as_a_gpu_only_unbound_variant():
+def test_registered_as_a_gpu_only_variant_bound_by_its_own_class_launch():
+    from tiledmm.kernels.block import matmul as bm
     from tiledmm.kernels.block import variants as V
     v = V.BY_NAME[G.NAME]
     assert v is V.GLUON and v in V.ALL
     assert v.replayable is False and v.emulation == () and v.own_config is G.heuristic
-    # the model's host floor for it is at least a bound call's measured host time (bench_gluon --host:
-    # 12-24 us through gluon_gemm.launch, 25 us through tiledmm.matmul's plan on the H100)
+    # not fastlaunch's replay, but its own class launch: the model and the tuner count repeat calls as
+    # one bound launch (GPU time only, no host floor), as for the replayable variants
+    assert v.class_launch is G.class_launch
+    a, b, c = _mats(64, 64, 64)
+    assert bm._repeats_bound(v, a, b, c) and not bm._repeats_bound(V.SIMT_ASYNC, a, b, c)
     assert v.traits.capability == (9, 0) and v.traits.persistent and v.traits.host_us >= 20
     assert v.configs("16bit") == G.CONFIGS["16bit"] and v.configs("ieee") == []
 

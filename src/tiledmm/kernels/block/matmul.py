@@ -187,7 +187,7 @@ def candidates(a, b, c, precision: str, alpha: float, beta: float, key: tuple | 
         for v in vs:
             if not v.epilogue:
                 copies[v.name] = copies.get(v.name, 0) + passes * c.numel() * c.element_size()
-    unbound = {v.name for v in vs if not (v.replayable(a, b, c) if callable(v.replayable) else v.replayable)}
+    unbound = {v.name for v in vs if not _repeats_bound(v, a, b, c)}
     rM = 2 ** key[10][0]
     return model_candidates(vs, _problem(a, b, c, precision, (rM, p.K, p.N)), device(index_of(c)), copies, unbound)
 
@@ -208,6 +208,12 @@ def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None 
         out += [H.Candidate(candidate_name(v.name, cfg), cfg, v.traits, (copies or {}).get(v.name, 0), v,
                             v.name not in unbound) for cfg in picked]
     return out
+
+
+def _repeats_bound(v: V.Variant, a, b, c) -> bool:
+    """Whether the short path repeats a call of ``v`` as one bound launch: replayable by fastlaunch, or
+    the variant's own class launch (the Gluon kernel's); else its launch runs on every call."""
+    return bool(v.class_launch or (v.replayable(a, b, c) if callable(v.replayable) else v.replayable))
 
 
 def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, batch: int, options: dict) -> str | None:
@@ -282,7 +288,7 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
             # one bound launch (fastlaunch.replay) its host time too, whichever is longer
             gpu, host = device_and_host([lambda x=x, y=y: f(x, y, scratch, alpha=alpha, beta=beta)
                                          for x, y in operands()])
-            return gpu if cd.variant.replayable else max(gpu, host)
+            return gpu if _repeats_bound(cd.variant, a, b, c) else max(gpu, host)
         return run
 
     tkey = tuning.key_of("triton", *(str(k) for k in key[:-1]))

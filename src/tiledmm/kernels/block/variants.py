@@ -215,7 +215,9 @@ def from_module(mod) -> Variant:
 # through gluon_gemm.launch, 25-27 us through tiledmm.matmul's plan on the H100
 # (docs/measurements/session8_gluonbind_h100.log; 95-153 us before, through Gluon's JIT launcher); 34 us
 # through the plan in session 9 (torch 21), when the short path still called the variant's launch each
-# time: its class launch (gluon_gemm.class_launch) now takes the bound specialisation directly. Its host
+# time: its class launch (gluon_gemm.class_launch) now takes the bound specialisation directly, 15-18 us
+# (torch 17; H100, session 10), so the model and the tuner count its repeat calls as bound
+# (matmul._repeats_bound): host_us below is the floor only where a call is not (CuPy, numba arrays). Its host
 # floor is the worst of those in the model's units (the model's GPU times assume the tensor cores' peak;
 # the kernels reach ~0.79 of it: 27.4 x 0.79 = 22). Fused epilogue (bias, activation). Never in
 # the interpreter (Gluon does not run there). Listed last: where the model ties it with an earlier
