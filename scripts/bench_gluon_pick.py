@@ -10,7 +10,8 @@ the default pick (which variant the plan bound), the same call forced to ``gluon
 ``tma``, and ``torch.matmul``; each checked against float64 first, then timed with
 ``tiledmm.timing.time_calls`` (CUDA events around queued calls, inputs rotated, median of batches).
 Prints ms and x torch per column, then each column's GPU and host microseconds per call apart
-(``timing.device_and_host``): a column whose host time exceeds its GPU time is launch-bound.
+(``timing.device_and_host``): a column whose host time exceeds its GPU time is launch-bound; and the
+wall time a call of the pick and of torch with a kept ``out=`` (the bench's way; ``timing.wall_us_per_call``).
 """
 from __future__ import annotations
 
@@ -102,9 +103,13 @@ def main() -> int:
             hit = next((h for h in hits if h is not None), None)
             how = "none" if hit is None else (type(hit[0]).__name__ if hit[0] is not None else
                                               f"exact:{sum(1 for g in hit[2].values() if g)}/{len(hit[2])}")
+            o = torch.empty(M, N, device="cuda", dtype=dtype)      # the bench's way: a kept output, out=
+            w_pick = timing.wall_us_per_call(lambda: tiledmm.matmul(a0, b0, kernel="triton", precision=prec, out=o))
+            w_torch = timing.wall_us_per_call(lambda: torch.matmul(a0, b0, out=o))
             split = " ".join(f"{label}:{1e3 * gpu[label][0]:.1f}/{1e3 * gpu[label][1]:.1f}" for label in gpu)
             print(f"{dname:5} {s:16} {picked:16} {cells[0]} {cells[1]} {cells[2]} {t_torch:9.4f}", flush=True)
-            print(f"      GPU/host us per call: {split} torch:{1e3 * t_gpu:.1f}/{1e3 * t_host:.1f}; short path: {how}",
+            print(f"      GPU/host us per call: {split} torch:{1e3 * t_gpu:.1f}/{1e3 * t_host:.1f}; short path: {how}; "
+                  f"wall us a call with out=: pick {w_pick:.1f}, torch {w_torch:.1f}",
                   flush=True)
     return 0
 
