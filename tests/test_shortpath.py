@@ -139,6 +139,27 @@ def test_a_new_m_of_a_seen_class_takes_the_short_path_without_the_dispatcher(sta
     assert plan(a, b.double(), None, 1.0, 0.0) is None
 
 
+def test_an_out_overlapping_an_input_takes_the_full_path(standin, monkeypatch):
+    """out= that shares memory with a or b (whole or in part) leaves the short path (None: the full
+    path's aliasing rules); an out just past an input's last element takes it."""
+    calls, _ = standin
+    monkeypatch.setattr(bm, "resolved", lambda *x, **k: _variant(V._blocked_launch))
+    plan = shortpath.TorchPlan(torch.empty(1, 1), None)
+    plan.current = lambda: None
+    plan.stream = lambda index: 9
+    mem = torch.empty(40 * 24 + 40 * 72)
+    a, b = mem[:960].view(40, 24), torch.randn(24, 72)
+    for out in (mem[900:3780].view(40, 72), mem[0:2880].view(40, 72)):     # a's tail; a's whole
+        assert plan(a, b, out, 1.0, 0.0) is None
+    b2 = torch.randn(24, 24)
+    a3, out3 = torch.randn(24, 24), torch.empty(24, 24)
+    assert plan(a3, b2, b2, 1.0, 0.0) is None                              # out is b
+    past = mem[960:].view(40, 72)                                          # starts where a ends
+    assert plan(a, b, past, 1.0, 0.0) is past and plan(a, b, past, 1.0, 0.0) is past
+    assert plan(a3, b2, out3, 1.0, 0.0) is out3
+    assert calls
+
+
 def test_class_keys_carry_the_device_and_the_layout():
     a, b, c = _operands(40, 24, 72)
     key = functools.partial(shortpath._class_key, sa=a.shape, sb=b.shape, st_a=a.stride(), st_b=b.stride(),

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ... import _adapter
-from ..._arrays import dtype_name, overlaps, to_torch
+from ..._arrays import dtype_name, to_torch
 from . import fastlaunch
 from . import matmul as dispatcher
 from .matmul import check_precision
@@ -57,7 +57,8 @@ class TorchPlan:
         import torch
         self.dtype = a.dtype
         self.precision = check_precision(str(a.dtype).replace("torch.", ""), precision)
-        self.m = max(1, 16 // a.element_size())
+        self.esize = a.element_size()
+        self.m = max(1, 16 // self.esize)
         self.empty, self.Tensor, self.grad_enabled = torch.empty, torch.Tensor, torch.is_grad_enabled
         self.bound: dict[tuple, Any] = {}     # class key -> (ClassLaunch or None, variant launch, {sig: bound})
         self.seen: dict[tuple, Any] = {}      # exact signature -> its class's entry
@@ -85,14 +86,21 @@ class TorchPlan:
                 return None
             c = self.empty(shape, dtype=self.dtype, device=device)
         else:
-            if type(out) is not self.Tensor or out.shape != shape or out.dtype != self.dtype \
-                    or out.device != device or overlaps(out, a) or overlaps(out, b) or 0 in out.stride():
+            if type(out) is not self.Tensor or out.shape != shape or out.dtype != self.dtype or out.device != device:
                 return None
             c = out
         if 0 in shape or sa[-1] == 0:
             return None
         st_a, st_b, st_c = a.stride(), b.stride(), c.stride()
         pa, pb, pc = a.data_ptr(), b.data_ptr(), c.data_ptr()
+        if out is not None:     # out may not overlap an input (_arrays.overlaps, from the values at hand)
+            if 0 in st_c:
+                return None
+            es = self.esize
+            end_c = pc + (sum((n - 1) * s for n, s in zip(shape, st_c)) + 1) * es
+            if pa < end_c and pc < pa + (sum((n - 1) * s for n, s in zip(sa, st_a)) + 1) * es or \
+                    pb < end_c and pc < pb + (sum((n - 1) * s for n, s in zip(sb, st_b)) + 1) * es:
+                return None
         sig = (index, sa, sb, st_a, st_b, st_c, pa & 15, pb & 15, pc & 15, alpha, beta)
         hit = self.seen.get(sig)          # a signature seen before: its class's entry without the key
         if hit is None:
