@@ -254,8 +254,7 @@ def bind(fn, a, b, c, alpha: float, beta: float) -> tuple:
     mode, launches = _record(fn, a, b, c, {"alpha": alpha, "beta": beta})
     own = getattr(fn, "class_launch", None)
     if own is not None:                 # a variant that binds its own launches (the Gluon kernel)
-        cls = own(a, b, c, alpha, beta)
-        return (cls, None) if cls is not None else (None, None)
+        return own(a, b, c, alpha, beta), None
     if _adapter.triton_direct() and mode is True:          # (decides direct launches on first use)
         plain = _plain(launches, a, b, c)
         cls = ClassLaunch.of(plain, a, b, c, alpha, beta) if plain is not None else None
