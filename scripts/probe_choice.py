@@ -5,7 +5,8 @@
 MxKxN, A and B row-major (the bench's layout). Prints the dispatcher's recorded choice (source,
 variant, config), then ms (``timing.time_calls``: rotated inputs, median of batches) for the pick,
 for each listed variant forced with its own config and with the pick's config where it fits, and
-for torch.matmul; every result checked against float64 first.
+for torch.matmul; every result checked against float64 first. ``--kept-out``: each input set's calls
+write a kept output passed as ``out=`` (the bench harness's way) instead of a new one.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def main() -> int:
     ap.add_argument("shape")
     ap.add_argument("--dtype", default="bf16", choices=list(DTYPES))
     ap.add_argument("--variants", default="tma-copy,tma-kmajor,tma,blocked,splitk")
+    ap.add_argument("--kept-out", action="store_true", help="each input set with its own kept output, passed as "
+                    "out= (the bench harness's way)")
     args = ap.parse_args()
     M, K, N = map(int, args.shape.split("x"))
     dtype, prec = DTYPES[args.dtype]
@@ -34,6 +37,7 @@ def main() -> int:
     n = harness.rotation_for((M, K, N), str(dtype).replace("torch.", ""))
     sets = [(torch.randn(M, K, device="cuda").to(dtype), torch.randn(K, N, device="cuda").to(dtype)) for _ in range(n)]
     a0, b0 = sets[0]
+    outs = [torch.empty(M, N, device="cuda", dtype=dtype) if args.kept_out else None for _ in sets]
     ref = a0.double() @ b0.double()
     tol = 2e-2 if dtype != torch.float32 else (5e-3 if prec == "tf32" else 1e-5)
 
@@ -44,10 +48,11 @@ def main() -> int:
             print(f"{label:34} n/a: {str(e)[:90]}")
             return
         err = ((out.double() - ref).norm() / ref.norm()).item()
-        ms = timing.time_calls([lambda a=a, b=b: tiledmm.matmul(a, b, kernel="triton", precision=prec, **kw)
-                                for a, b in sets])
-        print(f"{label:34} {ms:8.4f} ms  x torch {t_torch / ms:5.2f}  rel err {err:.1e}{'  WRONG' if err > tol else ''}",
-              flush=True)
+        ms = timing.time_calls([lambda a=a, b=b, o=o: tiledmm.matmul(a, b, kernel="triton", precision=prec,
+                                                                     out=o, **kw)
+                                for (a, b), o in zip(sets, outs)])
+        wrong = "  WRONG" if err > tol else ""
+        print(f"{label:34} {ms:8.4f} ms  x torch {t_torch / ms:5.2f}  rel err {err:.1e}{wrong}", flush=True)
 
     t_torch = timing.time_calls([lambda a=a, b=b: torch.matmul(a, b) for a, b in sets])
     timed("default pick")
