@@ -216,7 +216,7 @@ def _repeats_bound(v: V.Variant, a, b, c) -> bool:
     return bool(v.class_launch or (v.replayable(a, b, c) if callable(v.replayable) else v.replayable))
 
 
-def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, batch: int, options: dict) -> str | None:
+def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, options: dict) -> str | None:
     """The shipped table's choice for ``key`` (``shipped.py``: this GPU model's table, the nearest
     class with this layout whose variant runs the call, does not compile anew in every process
     (``Traits.compiles_per_process``: a first call would wait seconds for it) and whose config
@@ -233,7 +233,7 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, batch: int, optio
     if table is None:
         return None
     dev = device(idx)
-    runnable = {v.name: v for v in _runnable(a, b, c, precision, alpha, beta, batch)}
+    runnable = {v.name: v for v in _runnable(a, b, c, precision, alpha, beta, p.batch)}
     for e in shipped.nearest(table, key, esize=a.element_size(), l2_bytes=props.l2_bytes or 50 * 2 ** 20):
         v = runnable.get(e["variant"])
         if v is None or dev.capability < v.traits.capability or v.traits.compiles_per_process:
@@ -241,7 +241,7 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, batch: int, optio
         if v.traits.own_config_by_shape:      # the table's variant, its own model's config for this call
             own = [cd for cd in options.values() if cd.variant is not None and cd.variant.name == v.name]
             if own:
-                return H.pick(own, _problem(a, b, c, precision), dev).name
+                return H.pick(own, p, dev).name
         cfg = e["config"]
         if "BLOCK_M" in cfg and not C.fitting([cfg], a.element_size(), c.element_size(), v.traits.tma_store, dev.smem):
             continue
@@ -260,7 +260,7 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
     options = {cd.name: cd for cd in candidates(a, b, c, precision, alpha, beta, key, passes)}
     p = _problem(a, b, c, precision)
     pick = H.pick(list(options.values()), p, device(index_of(c))).name
-    table_pick = _shipped_pick(key, a, b, c, precision, alpha, beta, p.batch, options)
+    table_pick = _shipped_pick(key, a, b, c, precision, alpha, beta, p, options)
     capturing = not emulating() and torch.cuda.is_current_stream_capturing()
 
     sets: list = []

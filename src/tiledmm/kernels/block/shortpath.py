@@ -97,9 +97,9 @@ class TorchPlan:
             if 0 in st_c:
                 return None
             es = self.esize
-            end_c = pc + (sum((n - 1) * s for n, s in zip(shape, st_c)) + 1) * es
-            if pa < end_c and pc < pa + (sum((n - 1) * s for n, s in zip(sa, st_a)) + 1) * es or \
-                    pb < end_c and pc < pb + (sum((n - 1) * s for n, s in zip(sb, st_b)) + 1) * es:
+            end_c = pc + (_extent(shape, st_c) + 1) * es
+            if pa < end_c and pc < pa + (_extent(sa, st_a) + 1) * es or \
+                    pb < end_c and pc < pb + (_extent(sb, st_b) + 1) * es:
                 return None
         sig = (index, sa, sb, st_a, st_b, st_c, pa & 15, pb & 15, pc & 15, alpha, beta)
         hit = self.seen.get(sig)          # a signature seen before: its class's entry without the key
@@ -251,10 +251,15 @@ def numba_empty(index: int, dtype):
     return empty
 
 
+def _extent(shape, strides) -> int:
+    """How far an array's last element lies from its first, in its strides' unit (non-negative strides)."""
+    return sum((n - 1) * s for n, s in zip(shape, strides))
+
+
 def _span_overlap(x, px: int, y, py: int) -> bool:
     """Whether two arrays' byte ranges (from their own strides) intersect."""
     def end(t, p):
-        return p + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.strides)) + t.dtype.itemsize
+        return p + _extent(t.shape, map(abs, t.strides)) + t.dtype.itemsize
     return px < end(y, py) and py < end(x, px)
 
 
