@@ -234,7 +234,9 @@ def main():
         for cfg in (G.CONFIGS["16bit"][0], G.CONFIGS["16bit"][5], G._c(64, 128, 64, 4, 6, split=4)):
             print(cfg, check(200, 264, 136, torch.bfloat16, cfg, True, True),
                   check(200, 264, 136, torch.bfloat16, cfg, alpha=0.5, beta=2.0), flush=True)
-        print(G.CONFIGS["tf32"][3], check(200, 264, 136, torch.float32, G.CONFIGS["tf32"][3], b_t=True))
+        for cfg in G.CONFIGS["tf32"]:      # tf32: K-major B; B row-major (B^T in registers); A M-major (A in registers)
+            print(cfg, check(200, 264, 136, torch.float32, cfg, b_t=True), check(200, 264, 136, torch.float32, cfg),
+                  check(208, 264, 136, torch.float32, cfg, True, True), flush=True)
         return 0
     if not args.no_check:
         print("== correctness vs float64 ==", flush=True)

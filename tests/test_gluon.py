@@ -52,12 +52,18 @@ def test_why_not_names_the_problem(case, expect):
     assert not G.applicable(a, b, c, "none")
 
 
-def test_why_not_float32_needs_tf32_and_k_major_operands():
+def test_why_not_float32_needs_tf32_and_one_k_major_operand():
+    """tf32: one operand may come from registers in any layout, the other is read K-major from
+    shared memory; only A column-major with B row-major (neither K-major) is refused."""
     a, b, c = _mats(16, 16, 16, FP32)
     assert "only tf32" in G.why_not(a, b, c, "ieee")
-    assert "K-major" in G.why_not(a, b, c, "tf32")               # B row-major
-    a, b, c = _mats(16, 16, 16, FP32, a_t=True, b_t=True)
-    assert "K-major" in G.why_not(a, b, c, "tf32")               # A column-major
+    a, b, c = _mats(16, 16, 16, FP32, a_t=True, b_t=False)
+    why = G.why_not(a, b, c, "tf32")
+    assert "K-major" in why and "A column-major and B row-major" in why
+    for a_t, b_t in ((False, False), (False, True), (True, True)):
+        a, b, c = _mats(16, 16, 16, FP32, a_t=a_t, b_t=b_t)
+        why = G.why_not(a, b, c, "tf32")
+        assert why is None or "K-major" not in why, (a_t, b_t, why)
 
 
 def test_why_not_on_the_cpu_is_about_the_machine_only():
@@ -96,7 +102,7 @@ def test_descriptor_plan(a_t, b_t, cfg):
 def test_configs_fit_shared_memory(kind, esize, out):
     for cfg in G.CONFIGS[kind]:
         assert G.smem_bytes(cfg, esize, out) <= G.SMEM_LIMIT, cfg
-        assert cfg["BLOCK_N"] <= 256 and cfg["num_warps"] == (8 if cfg["BLOCK_M"] == 128 else 4)
+        assert cfg["BLOCK_N"] <= 256 and cfg["num_warps"] == (4 if cfg["BLOCK_M"] == 64 else 8)
 
 
 def test_smem_bytes_counts_ring_and_staging():
@@ -120,6 +126,40 @@ def test_heuristic_pick(M, N, K, kind, tile):
     tiles = -(-M // tile[0]) * -(-N // tile[1])
     assert cfg["SPLIT_K"] == 1 or (tiles * cfg["SPLIT_K"] <= 132 and -(-K // cfg["BLOCK_K"]) >= 4 * cfg["SPLIT_K"])
     assert cfg["SPLIT_K"] == (2 if (M, kind) == (64, "tf32") else 1)
+
+
+@pytest.mark.parametrize("M, N, K, tile, split", [
+    # tf32 with an operand in registers (a row-major B): the register path's own measured rates
+    (4096, 4096, 4096, (256, 128), 1),
+    (256, 13824, 5120, (256, 128), 1),          # 108 tiles of 256x128: one wave
+    (256, 5120, 13824, (128, 128), 1),          # 40 tiles of 256x128 would leave 92 SMs idle
+    (512, 4096, 4096, (128, 128), 1),
+    (128, 8192, 8192, (64, 128), 1),
+    (64, 4096, 4096, (64, 128), 2),
+])
+def test_heuristic_pick_with_a_register_operand(M, N, K, tile, split):
+    cfg = G.heuristic(M, N, K, "tf32", 132, 4, reg=True)
+    assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["SPLIT_K"]) == (*tile, split)
+    # 256x128 has a measured rate only with a register operand: never the K-major pick
+    assert G.heuristic(M, N, K, "tf32", 132, 4)["BLOCK_M"] != 256
+
+
+def test_register_operand_is_tf32_with_b_row_major_or_a_m_major():
+    for a_t, b_t, want in ((False, True, False), (False, False, True), (True, True, True)):
+        a, b, _ = _mats(16, 16, 16, FP32, a_t=a_t, b_t=b_t)
+        assert G.register_operand(a, b) is want
+    a, b, _ = _mats(16, 16, 16, BF16)
+    assert not G.register_operand(a, b)
+
+
+def test_descriptor_plan_halves_the_staging_tile_along_m_for_the_transposed_tile():
+    """EPI_SPLIT = 2: the output staging tile is half the tile along N, but along M where the kernel
+    computes the tile transposed (tf32, B row-major: the registers hold M within each thread)."""
+    cfg = G._c(256, 128, 32, 8, 3, epi=2)
+    a, b, c = _mats(512, 512, 64, FP32)
+    assert G.descriptor_plan(a, b, c, cfg)["c"][1] == [128, 128]
+    a, b, c = _mats(512, 512, 64, FP32, b_t=True)
+    assert G.descriptor_plan(a, b, c, cfg)["c"][1] == [256, 64]
 
 
 def test_heuristic_skips_configs_over_the_shared_memory_limit():
@@ -168,11 +208,18 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False, bias=0, act=
     (G.CONFIGS["16bit"][5], FP16, False, False, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"),
     (G._c(64, 128, 64, 4, 6, split=4), BF16, False, True, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"),
     (G.CONFIGS["tf32"][0], FP32, False, True, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"),
+    (G.CONFIGS["tf32"][0], FP32, False, False, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"),
+    (G.CONFIGS["tf32"][1], FP32, False, False, "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32"),
+    (G.CONFIGS["tf32"][1], FP32, True, True, "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32"),
 ])
 def test_compiles_to_warp_specialised_wgmma(cfg, dtype, a_t, b_t, mma):
     k = _compile(cfg, dtype, a_t, b_t)
     ptx = k.asm["ptx"]
     assert mma in ptx
+    # wgmma's first operand: from registers ({...} of .b32) for tf32 with an M-major A or a row-major B
+    # (the tile transposed: m64 over BN, n = BM), a shared-memory descriptor (a .b64) otherwise
+    first = re.search(r"wgmma\.mma_async[^;]*?\}\s*,\s*(\{|%rd)", ptx).group(1)
+    assert (first == "{") == (dtype == FP32 and (a_t or not b_t)), first
     assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.mbarrier", ptx)   # TMA loads
     assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx                          # TMA store
     # register reallocation: the loader warp is set to LOADER_REGS, the consumers take more
@@ -247,11 +294,21 @@ def test_gpu_alpha_beta(dtype):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("a_t, b_t", [(False, True), (False, False), (True, True)])
 @pytest.mark.parametrize("cfg", G.CONFIGS["tf32"])
-def test_gpu_tf32_every_config(cfg):
+def test_gpu_tf32_every_config(cfg, a_t, b_t):
+    """Both operands K-major from shared memory; A M-major from registers; B row-major, the tile
+    computed transposed with B^T from registers. Three launches of one input set agree bitwise."""
     if not G._is_hopper():
         pytest.skip("needs a Hopper GPU")
-    _check(777, 1000, 1000, FP32, cfg, b_t=True)
+    _check(784 if a_t else 777, 1000, 1000, FP32, cfg, a_t, b_t)     # a column-major A: 16-byte row stride
+    _check(304, 520, 264, FP32, cfg, a_t, b_t, alpha=-1.0, beta=1.0)
+    a, b, _ = _mats(1000, 776, 1032, FP32, a_t, b_t, device="cuda")
+    outs = [torch.full((1000, 776), float("nan"), device="cuda") for _ in range(3)]
+    for o in outs:
+        G.launch(a, b, o, precision="tf32", config=cfg)
+    torch.cuda.synchronize()
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
 
 
 @pytest.mark.gpu

@@ -30,8 +30,11 @@ descriptor_plan -- is here and imports no Gluon.
   shared-memory view -- no copy. Ragged edges are the copy engine's: out-of-bounds loads
   read zeros, out-of-bounds stores are dropped.
 
-tf32 (float32 operands) needs both operands K-major (a wgmma rule): A row-major, B
-column-major; other float32 layouts are not applicable here (no per-call copy).
+tf32 (float32 operands): wgmma reads 32-bit operands from shared memory only K-major, but its
+first operand may come from registers in any layout. A row-major and B column-major: both from
+shared memory; A column-major: A loaded into registers; B row-major (``x @ W`` with W as stored):
+the tile is computed transposed, C^T = B^T A^T, B^T loaded into registers. No per-call copy.
+A column-major with B row-major is not applicable (both would have to come from registers).
 2-D only. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
 consumers.
 
@@ -80,7 +83,7 @@ CONFIGS = {
     "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 4),
               _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8)],
     "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2),
-             _c(64, 128, 32, 4, 6, split=2)],
+             _c(64, 128, 32, 4, 6, split=2), _c(256, 128, 32, 8, 3, epi=2)],
 }
 # TFLOP/s of each tile on large square products (H100, scripts/bench_gluon.py): the no-timing
 # pick's model of a full wave; SPLIT_COST: a split unit's extra time (partial out, fix-up in),
@@ -88,6 +91,9 @@ CONFIGS = {
 RATE = {(128, 256, 2): 720, (128, 256, 1): 704, (128, 128, 1): 652, (64, 256, 1): 638,
         (64, 128, 1): 543, (64, 64, 1): 400}
 RATE_TF32 = {(128, 128, 1): 315, (64, 128, 1): 266, (128, 256, 2): 355}
+# tf32 with an operand in registers (a row-major B, or an M-major A): the rates of B row-major at
+# 4096^3-8192^3 (scripts/bench_gluon_tf32.py, H100); 256x128 only here, where wgmma's n is BLOCK_M = 256
+RATE_TF32_REG = {(256, 128, 2): 355, (128, 256, 2): 297, (128, 128, 1): 308, (64, 128, 1): 212}
 SPLIT_COST = 1.6
 
 
@@ -97,19 +103,20 @@ def smem_bytes(config: dict, esize: int, out_esize: int) -> int:
     return config["num_stages"] * (bm + bn) * bk * esize + bm * bn * out_esize // config.get("EPI_SPLIT", 1)
 
 
-def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int = 2) -> dict:
+def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int = 2, reg: bool = False) -> dict:
     """The config a no-timing pick takes. Model: waves of tiles over the SMs, each wave as long as
-    one tile at its measured rate (RATE); among configs within 10% of the best modelled time the
-    largest tile wins (it moves fewer bytes per flop, which the model leaves out). Configs over
-    SMEM_LIMIT are skipped, split-K ones unless all their units fit in one wave with >= 4 K-steps each."""
+    one tile at its measured rate (RATE; tf32 with an operand in registers, ``reg``: RATE_TF32_REG);
+    among configs within 10% of the best modelled time the largest tile wins (it moves fewer bytes
+    per flop, which the model leaves out). Configs without a measured rate or over SMEM_LIMIT are
+    skipped, split-K ones unless all their units fit in one wave with >= 4 K-steps each."""
     esize = 2 if kind == "16bit" else 4
-    rates = RATE if kind == "16bit" else RATE_TF32
+    rates = RATE if kind == "16bit" else (RATE_TF32_REG if reg else RATE_TF32)
     timed = []
     for cfg in CONFIGS[kind]:
         split = cfg["SPLIT_K"]
         bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
         units = cdiv(M, bm) * cdiv(N, bn) * split
-        if smem_bytes(cfg, esize, out_esize) > SMEM_LIMIT or \
+        if (bm, bn, cfg["EPI_SPLIT"]) not in rates or smem_bytes(cfg, esize, out_esize) > SMEM_LIMIT or \
                 (split > 1 and (cdiv(K, cfg["BLOCK_K"]) < 4 * split or units > sms)):
             continue
         waves = cdiv(units, sms)
@@ -149,8 +156,9 @@ def why_not(a, b, c, precision, alpha=1.0, beta=0.0) -> str | None:
     oa, ob = _order(a), _order(b)
     if oa is None or ob is None or c.stride(1) != 1:
         return f"strides a {a.stride()}, b {b.stride()}, c {c.stride()}: one unit stride per operand, c row-major"
-    if kind == "tf32" and (oa != "n" or ob != "t"):
-        return "tf32 wgmma reads both operands K-major: A row-major and B column-major only"
+    if kind == "tf32" and oa == "t" and ob == "n":
+        return ("tf32 with A column-major and B row-major: wgmma reads 32-bit shared-memory operands "
+                "K-major and only one operand can come from registers")
     for t, o in ((a, oa), (b, ob), (c, "n")):
         lead = t.stride(0) if o == "n" else t.stride(1)
         if t.data_ptr() % 16 or (lead * t.element_size()) % 16:
@@ -174,16 +182,24 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     a_t, b_t = _order(a) == "t", _order(b) == "t"
     M, N = a.shape[0], b.shape[1]
     tiles = cdiv(M, bm) * cdiv(N, bn)
-    split = config.get("SPLIT_K", 1)
+    split, epi = config.get("SPLIT_K", 1), config.get("EPI_SPLIT", 1)
     return {
         "a": (a.t() if a_t else a, [bk, bm] if a_t else [bm, bk]),
         "b": (b.t() if b_t else b, [bn, bk] if b_t else [bk, bn]),
-        "c": (c, [bm, bn // config.get("EPI_SPLIT", 1)]),
+        # EPI_SPLIT = 2: the output staging tile is half the tile, along M where the kernel computes
+        # the tile transposed (tf32 with a row-major B), else along N
+        "c": (c, [bm // epi, bn] if _rows_split(a, b_t) else [bm, bn // epi]),
         "A_T": a_t, "B_T": b_t, "tiles": tiles, "split": split,
         "grid": min(num_sms, tiles * split),
         # split-K: one fp32 partial tile per unit, one arrival counter per tile
         "workspace": tiles * split * bm * bn if split > 1 else 0, "counters": tiles if split > 1 else 0,
     }
+
+
+def _rows_split(a, b_t: bool) -> bool:
+    """The kernel's operand mode 2 (gluon_kernel._operand_mode): tf32 with a row-major B, the tile
+    computed transposed."""
+    return str(a.dtype) == "torch.float32" and not b_t
 
 
 @functools.lru_cache(maxsize=None)
@@ -394,10 +410,16 @@ def _from_index(spec, a, b, c, config, sms, a_t, b_t, flags):
     return None
 
 
-def _full_config(config, M: int, N: int, K: int, a, c, sms: int) -> dict:
+def _full_config(config, M: int, N: int, K: int, a, c, sms: int, reg: bool = False) -> dict:
     if not config or not _FULL <= config.keys():
-        config = {**_pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size()), **(config or {})}
+        config = {**_pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size(), reg), **(config or {})}
     return config
+
+
+def register_operand(a, b) -> bool:
+    """Whether the kernel feeds wgmma one operand from registers (gluon_kernel._operand_mode 1 or 2):
+    tf32 with a row-major B or an M-major A."""
+    return str(a.dtype) == "torch.float32" and (_order(b) != "t" or _order(a) == "t")
 
 
 def _spec(config, a, c, bias, bias_mode, act, alpha, beta, a_t, b_t, stride_cm, sbias, biggest, dev, sms) -> tuple:
@@ -413,7 +435,7 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    config = _full_config(config, M, N, K, a, c, sms)
+    config = _full_config(config, M, N, K, a, c, sms, register_operand(a, b))
     alpha, beta = float(alpha), float(beta)
     a_t, b_t = _order(a) == "t", _order(b) == "t"
     dev = c.get_device()
@@ -431,7 +453,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    config = _full_config(config, M, N, K, a, c, sms)
+    config = _full_config(config, M, N, K, a, c, sms, register_operand(a, b))
     if bias_mode or act != "none":
         _check_epilogue(bias, bias_mode, act, M, N, c)
     alpha, beta = float(alpha), float(beta)

@@ -7,6 +7,9 @@ about 0.12 s, which a process that never launches this kernel should not pay.
 one or two consumer warpgroups issuing async wgmma), split-K in one kernel, and the fused
 epilogue ``act(alpha * acc + beta * C + bias)`` in fp32 (``BIAS`` 0 none, 1 one value per
 column, 2 one per row; ``ACT`` as ``kernels._activation``), stored through shared memory by TMA.
+tf32 takes any layout but A column-major with B row-major: wgmma reads 32-bit shared-memory operands
+only K-major, so an M-major A is fed from registers (operand mode 1), and with a row-major B the tile
+is computed transposed, C^T = B^T A^T, B^T from registers (mode 2; ``_operand_mode``).
 """
 from __future__ import annotations
 
@@ -41,6 +44,38 @@ def _acc_layout(dtype, BN, num_warps):
     one instruction per warpgroup and K-step (n = BN <= 256, k = 32 bytes of operand)."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                      instr_shape=[16, BN, 256 // dtype.primitive_bitwidth])
+
+
+@gluon.constexpr_function
+def _operand_mode(dtype, A_T, B_T):
+    """How the consumer feeds wgmma. 0: both operands from shared memory. wgmma reads 32-bit (tf32)
+    operands from shared memory only K-major, but its first operand may sit in registers in any
+    layout: 1 -- an M-major A (A_T) is loaded into registers; 2 -- a row-major (N-major) B: the
+    tile is computed transposed, C^T = B^T A^T, with B^T loaded into registers and A (K-major)
+    as the shared-memory operand. No copy of either operand (issue 24, item 3)."""
+    if dtype.primitive_bitwidth != 32:
+        return 0
+    if not B_T:
+        return 2
+    return 1 if A_T else 0
+
+
+@gluon.jit
+def _reg_mma(a_bufs, b_bufs, ready, s, phase, acc, reg_layout: gl.constexpr, MODE: gl.constexpr, A_T: gl.constexpr):
+    """Operand modes 1 and 2: wait for stage s, load its register operand and issue the async wgmma.
+    Returns (the register operand, the accumulator)."""
+    mbarrier.wait(ready.index(s), phase)
+    a = a_bufs.index(s)
+    if A_T:
+        a = a.permute((1, 0))
+    b = b_bufs.index(s)
+    if MODE == 2:   # B row-major: (BK, BN) in shared memory; C^T = B^T A^T with B^T in registers
+        x = b.permute((1, 0)).load(reg_layout)
+        acc = warpgroup_mma(x, a.permute((1, 0)), acc, is_async=True)
+    else:           # A M-major in registers, B K-major: (BN, BK) in shared memory
+        x = a.load(reg_layout)
+        acc = warpgroup_mma(x, b.permute((1, 0)), acc, is_async=True)
+    return x, acc
 
 
 @gluon.jit
@@ -120,9 +155,11 @@ def _activation(x, ACT: gl.constexpr):
 @gluon.jit
 def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_m, off_n, M, N, alpha, beta,
               layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, HAS_BETA: gl.constexpr,
-              ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr):
+              ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr,
+              SPLIT_ROWS: gl.constexpr):
     """act(alpha * out (+ beta * C) (+ bias)) in fp32, through c_smem and a TMA store left in flight.
-    C and the bias are read with masked loads (beta == 0: C is never read)."""
+    C and the bias are read with masked loads (beta == 0: C is never read). EPI_SPLIT = 2 stores
+    the tile in two halves, along M where SPLIT_ROWS, else along N."""
     if not ALPHA_ONE:
         out = out * alpha
     offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
@@ -143,6 +180,13 @@ def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_
         c_smem.store(out.to(c_desc.dtype))
         fence_async_shared()
         _tma_store(c_desc, [off_m, off_n], c_smem)
+    elif SPLIT_ROWS:   # two halves along M (the tile was computed transposed: M is held within each thread)
+        halves = out.reshape([2, BM // 2, BN]).permute(1, 2, 0).split()
+        for h in gl.static_range(2):
+            tma.store_wait(pendings=0)
+            c_smem.store(halves[h].to(c_desc.dtype))
+            fence_async_shared()
+            _tma_store(c_desc, [off_m + h * (BM // 2), off_n], c_smem)
     else:   # two halves along N through a half-size staging tile
         halves = out.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()
         for h in gl.static_range(2):
@@ -159,34 +203,77 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
               A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
               HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr,
               BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr):
-    layout: gl.constexpr = _acc_layout(a_bufs.dtype, BN, NUM_WARPS)
+    MODE: gl.constexpr = _operand_mode(a_bufs.dtype, A_T, B_T)
+    if MODE == 2:   # the accumulator holds the tile transposed, (BN, BM)
+        mma_layout: gl.constexpr = _acc_layout(a_bufs.dtype, BM, NUM_WARPS)
+    else:
+        mma_layout: gl.constexpr = _acc_layout(a_bufs.dtype, BN, NUM_WARPS)
+    reg_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=1)
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
     it = 0
     for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
         tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
-        acc = gl.zeros((BM, BN), dtype=gl.float32, layout=layout)
-        for ki in range(k_lo, k_hi):
-            s = it % STAGES
-            mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-            a = a_bufs.index(s)
-            if A_T:
-                a = a.permute((1, 0))
-            b = b_bufs.index(s)
-            if B_T:
-                b = b.permute((1, 0))
-            acc = warpgroup_mma(a, b, acc, is_async=True)
-            # one wgmma stays in flight: the one before it is done, so its stage goes back
-            acc = warpgroup_mma_wait(1, deps=(acc,))
-            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
-            it += 1
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi > k_lo)
+        if MODE == 2:
+            acc = gl.zeros((BN, BM), dtype=gl.float32, layout=mma_layout)
+        else:
+            acc = gl.zeros((BM, BN), dtype=gl.float32, layout=mma_layout)
+        if MODE == 0:
+            for ki in range(k_lo, k_hi):
+                s = it % STAGES
+                mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+                a = a_bufs.index(s)
+                if A_T:
+                    a = a.permute((1, 0))
+                b = b_bufs.index(s)
+                if B_T:
+                    b = b.permute((1, 0))
+                acc = warpgroup_mma(a, b, acc, is_async=True)
+                # one wgmma stays in flight: the one before it is done, so its stage goes back
+                acc = warpgroup_mma_wait(1, deps=(acc,))
+                mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
+                it += 1
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi > k_lo)
+        else:
+            # wgmma reads its register operand until a wait retires it, and a value that is written
+            # again before then is overwritten under it (measured: a single register operand reloaded
+            # each step with one wgmma in flight gave wrong results that differed between launches;
+            # waiting for each wgmma instead was correct but ~25% slower, docs/performance.md).
+            # Two operands in turn, x0 and x1, each kept alive (a dependency of the wait) until the
+            # wait that retires the wgmma reading it, so one wgmma stays in flight as in mode 0.
+            if MODE == 2:
+                x1 = gl.zeros((BN, BK), dtype=gl.float32, layout=reg_layout)
+            else:
+                x1 = gl.zeros((BM, BK), dtype=gl.float32, layout=reg_layout)
+            for ki in range(k_lo, k_hi - 1, 2):
+                s = it % STAGES
+                x0, acc = _reg_mma(a_bufs, b_bufs, ready, s, (it // STAGES) & 1, acc, reg_layout, MODE, A_T)
+                acc, x1 = warpgroup_mma_wait(1, deps=(acc, x1))          # the wgmma that read x1 is done
+                mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
+                s = (it + 1) % STAGES
+                x1, acc = _reg_mma(a_bufs, b_bufs, ready, s, ((it + 1) // STAGES) & 1, acc, reg_layout, MODE, A_T)
+                acc, x0 = warpgroup_mma_wait(1, deps=(acc, x0))          # the wgmma that read x0 is done
+                mbarrier.arrive(empty.index(it % STAGES))
+                it += 2
+            if (k_hi - k_lo) % 2 == 1:
+                s = it % STAGES
+                x0, acc = _reg_mma(a_bufs, b_bufs, ready, s, (it // STAGES) & 1, acc, reg_layout, MODE, A_T)
+                acc, x1 = warpgroup_mma_wait(1, deps=(acc, x1))
+                mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi - k_lo > 1)
+                it += 1
+                acc, x0 = warpgroup_mma_wait(0, deps=(acc, x0))
+            else:
+                acc, x1 = warpgroup_mma_wait(0, deps=(acc, x1))
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi > k_lo)
+        if MODE == 2:
+            acc = acc.permute((1, 0))      # back to (BM, BN): a transposed view of the registers
+        layout: gl.constexpr = acc.type.layout
 
         if SPLIT_K == 1:
             _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN, M, N,
-                      alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT)
+                      alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
         else:
             # split-K in one kernel: every unit leaves its fp32 partial in the workspace and counts
             # itself in on the tile's counter; the last to arrive adds the others' partials, resets
@@ -204,7 +291,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
                         acc += gl.load(ws_ptr + other.to(gl.int64) * (BM * BN) + offs, cache_modifier=".cg")
                 gl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
                 _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN,
-                          M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT)
+                          M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
     tma.store_wait(pendings=0)
 
 
@@ -217,8 +304,10 @@ def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_b
                     NUM_SMS: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
                     EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, LOADER_REGS: gl.constexpr,
                     BIAS: gl.constexpr, ACT: gl.constexpr, num_warps: gl.constexpr):
-    BM: gl.constexpr = c_desc.block_type.shape[0]
-    BN: gl.constexpr = c_desc.block_type.shape[1] * EPI_SPLIT
+    # the output staging tile is half the tile where EPI_SPLIT = 2: along M in operand mode 2, else along N
+    ROWS: gl.constexpr = _operand_mode(a_desc.dtype, A_T, B_T) == 2
+    BM: gl.constexpr = c_desc.block_type.shape[0] * (EPI_SPLIT if ROWS else 1)
+    BN: gl.constexpr = c_desc.block_type.shape[1] * (1 if ROWS else EPI_SPLIT)
     BK: gl.constexpr = b_desc.block_type.shape[1] if B_T else b_desc.block_type.shape[0]
     dtype: gl.constexpr = a_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)

@@ -178,6 +178,11 @@ GLUON_TIE = 0.035
 GLUON_CAP = 0.03
 GLUON_UNALIGNED = 0.70
 GLUON_TF32_RATE = {(128, 256): 351, (128, 128): 316, (64, 128): 274}
+# tf32 with a row-major B: the kernel computes C^T = B^T A^T with B^T loaded into registers (no copy of
+# B), 4096^3-8192^3 TFLOP/s (scripts/bench_gluon_tf32.py); the Triton variants copy B K-major first
+# (copy_bytes), which the model charges at full bandwidth: the Gluon kernel wins where B is large
+# against the product (few rows), the copying kernels where the product is large against B.
+GLUON_TF32_REG_RATE = {(256, 128): 355, (128, 256): 297, (128, 128): 308, (64, 128): 212}
 _TMA_TF32 = (378, 0.75)   # the persistent TMA kernel, tf32 128x128: measured TFLOP/s, the model's speed
 
 
@@ -185,7 +190,8 @@ def gluon_speed(p: Problem, c: dict) -> float:
     """The Gluon kernel's throughput relative to the persistent TMA kernel (Traits.speed)."""
     bm, bn = c["BLOCK_M"], c["BLOCK_N"]
     if p.kind == "tf32":
-        return GLUON_TF32_RATE.get((bm, bn), min(GLUON_TF32_RATE.values())) / _TMA_TF32[0] * _TMA_TF32[1] / reuse(c)
+        rates = GLUON_TF32_RATE if p.b_kmajor else GLUON_TF32_REG_RATE
+        return rates.get((bm, bn), min(rates.values())) / _TMA_TF32[0] * _TMA_TF32[1] / reuse(c)
     return (1.0 + min(GLUON_CAP, max(0.0, GLUON_EPI_K / max(p.K, 1) - GLUON_TIE))) * \
         (1.0 if p.rows128 else GLUON_UNALIGNED)
 

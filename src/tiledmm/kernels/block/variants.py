@@ -224,10 +224,16 @@ def from_module(mod) -> Variant:
 # variant (8192^3 16-bit, heuristics.gluon_speed), the earlier one is kept.
 
 def _gluon_prune(configs: list, M: int, N: int, K: int, sms: int, batch: int = 1) -> list:
-    """gluon_gemm.heuristic's config for this shape (its own measured-rate wave model), if offered."""
+    """gluon_gemm.heuristic's config for this shape (its own measured-rate wave model), if offered;
+    for tf32 its configs at both rates (both operands from shared memory; one from registers): the
+    layout is not known here, the model's ``gluon_speed`` (which knows B's) ranks the two."""
     kind = "tf32" if any(c in gluon_gemm.CONFIGS["tf32"] for c in configs) else "16bit"
-    h = gluon_gemm.heuristic(M, N, K, kind, sms, 4 if kind == "tf32" else 2)
-    return [h] if h in configs else configs[:1]
+    out = []
+    for reg in ((False, True) if kind == "tf32" else (False,)):
+        h = gluon_gemm.heuristic(M, N, K, kind, sms, 4 if kind == "tf32" else 2, reg)
+        if h in configs and h not in out:
+            out.append(h)
+    return out or configs[:1]
 
 
 def _gluon_split(M, N, K, batch, config, sms) -> tuple:
