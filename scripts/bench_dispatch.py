@@ -23,7 +23,9 @@ the harness's bound) before or after it is timed.
 * picks:   every shape of --suites (bench.SUITES) in one child with default settings and one with
            TILEDMM_TUNE=on (every choice timed): timing.time_calls of the default pick and of the
            timed pick (inputs rotated, harness.rotation_for); ratio = timed ms / default ms (1.0:
-           the default is as fast; below 0.90: flagged), torch.matmul's time alongside.
+           the default is as fast; below 0.90: flagged), torch.matmul's time alongside; then a
+           "replay" child binds both recorded choices as the dispatcher does and times them in
+           turn in one process (the two children's GPU states differ by a few per cent).
 
 float32 is precision "ieee" (TF32 off for torch too). --quick: every other shape of each suite
 and 3 timed batches instead of 5 (to fit one part into a 10-minute device call: run --parts and
@@ -210,6 +212,65 @@ def child_picks(mode: str, dtypes: list[str], suites: list[str], quick: bool) ->
     _emit("CHOICES", {mode: {str(k): str(v) for k, v in tuning.remembered().items()}})
 
 
+def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path: str) -> None:
+    """The default's and the timing's choices (recorded by the 'default' and 'timed' children), each
+    bound as the dispatcher binds it and timed in turn in this one process (three rounds each, medians):
+    the two children ran on the GPU at different times and clocks, which moves their ratio by a few
+    per cent even where both chose the same kernel (session 10). Same choice: ratio 1 (one kernel)."""
+    import statistics
+
+    from tiledmm import tuning
+    from tiledmm.harness import rotation_for
+    from tiledmm.kernels.block import heuristics as H
+    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.timing import time_calls
+    choices = json.loads(Path(choices_path).read_text())
+    default, timed = choices.get("default", {}), choices.get("timed", {})
+    batches = 3 if quick else 5
+    for dtype in dtypes:
+        torch, tiledmm, dt, dev, S = _setup(dtype)
+        _emit("ENV", _environment(torch, tiledmm))
+        precision = bm.check_precision(dtype, None)
+        for suite, shape in pick_shapes(suites, quick, tiledmm.emulating()):
+            *batch, m, k, n = shape
+            rot = 1 if tiledmm.emulating() else rotation_for(shape, dtype)
+            sets = [(torch.randn(*batch, m, k, device=dev, dtype=dt), torch.randn(*batch, k, n, device=dev, dtype=dt))
+                    for _ in range(rot)]
+            a, b = sets[0]
+            c = torch.empty(*batch, m, n, device=dev, dtype=dt)
+            key = bm.plan_key(a, b, c, precision, 1.0, 0.0)
+            tkey = tuning.key_of("triton", *(str(x) for x in key[:-1]))
+            # the default's choice as _resolve makes it with an empty store: the table's, else the model's
+            # (the default child times nothing, so it records no choice unless a store gave one)
+            options = {cd.name: cd for cd in bm.candidates(a, b, c, precision, 1.0, 0.0, key)}
+            p = bm._problem(a, b, c, precision)
+            own = bm._shipped_pick(key, a, b, c, precision, 1.0, 0.0, p, options) or \
+                H.pick(list(options.values()), p, bm.device(bm.index_of(c))).name
+            names = {"default": default.get(tkey) or own, "timed": timed.get(tkey)}
+            row = dict(mode="replay", suite=suite, shape=list(shape), dtype=dtype, **{f"{w}_choice": v
+                                                                                      for w, v in names.items()})
+            if None in names.values():
+                _emit("ROW", dict(row, missing=[w for w, v in names.items() if v is None]))
+                continue
+            if any(v not in options for v in names.values()):
+                _emit("ROW", dict(row, missing=[w for w, v in names.items() if v not in options]))
+                continue
+            fns = {w: bm._bind(options[v].variant, precision, options[v].config) for w, v in names.items()}
+            outs = [torch.empty_like(c) for _ in sets]
+            for w, f in fns.items():
+                f(a, b, outs[0], alpha=1.0, beta=0.0)
+                row[f"rel_err_{w}"] = _check(torch, outs[0], a, b, dtype)
+            times = {w: [] for w in fns}
+            for _ in range(1 if names["default"] == names["timed"] else 3):
+                for w, f in fns.items():
+                    times[w].append(time_calls([lambda x=x, y=y, o=o, f=f: f(x, y, o, alpha=1.0, beta=0.0)
+                                                for (x, y), o in zip(sets, outs)], batches=batches))
+            row.update({f"{w}_ms": statistics.median(v) for w, v in times.items()})
+            row["ratio"] = 1.0 if names["default"] == names["timed"] else row["timed_ms"] / row["default_ms"]
+            _emit("ROW", row)
+            del sets, a, b, c, outs
+
+
 def child_main(argv: list[str]) -> None:
     part, rest = argv[0], argv[1:]
     if part == "first":
@@ -218,6 +279,8 @@ def child_main(argv: list[str]) -> None:
         child_loop(rest[0], rest[1], int(rest[2]))
     elif part == "percall":
         child_percall(rest[0].split(","))
+    elif part == "picks" and rest[0] == "replay":
+        child_replay(rest[1].split(","), rest[2].split(","), rest[3] == "quick", rest[4])
     elif part == "picks":
         child_picks(rest[0], rest[1].split(","), rest[2].split(","), rest[3] == "quick")
     else:
@@ -295,6 +358,7 @@ def summarize_picks(rows: list[dict]) -> dict:
     timed = {key(r): r for r in rows if r["mode"] == "timed"}
     model = {key(r): r for r in rows if r["mode"] == "model"}
     pairs = [(d, timed[key(d)]) for d in rows if d["mode"] == "default" and key(d) in timed]
+    replay = [r for r in rows if r["mode"] == "replay" and r.get("ratio")]
     out = {}
     for dtype in dict.fromkeys(d["dtype"] for d, _ in pairs):
         sub = [(d, t) for d, t in pairs if d["dtype"] == dtype]
@@ -309,6 +373,13 @@ def summarize_picks(rows: list[dict]) -> dict:
             "below_0.90": [{"suite": k[0], "shape": list(k[1]), "ratio": v} for k, v in ratio.items() if v < 0.90],
             "geomean_torch_over_default": geomean([d["torch_ms"] / d["ms"] for d, _ in sub
                                                    if d.get("torch_ms") and d["ms"]]),
+            # the same two choices timed in turn in one process (child_replay)
+            "replay": {"n": len([r for r in replay if r["dtype"] == dtype]),
+                       "same_choice": len([r for r in replay if r["dtype"] == dtype
+                                           and r["default_choice"] == r["timed_choice"]]),
+                       "geomean_timed_over_default": geomean([r["ratio"] for r in replay if r["dtype"] == dtype]),
+                       "below_0.90": [{"suite": r["suite"], "shape": r["shape"], "ratio": r["ratio"]}
+                                      for r in replay if r["dtype"] == dtype and r["ratio"] < 0.90]},
         }
     return out
 
@@ -344,6 +415,12 @@ def table(doc: dict) -> str:
                      + (f"; default vs torch geomean {gt:.3f}" if gt else ""))
         lines.append("  below 0.90: " + (", ".join(f"{b['suite']} {'x'.join(map(str, b['shape']))} {b['ratio']:.2f}"
                                                    for b in s["below_0.90"]) or "none"))
+        rp = s.get("replay") or {}
+        if rp.get("geomean_timed_over_default"):
+            lines.append(f"  in one process, choices timed in turn: timed/default geomean "
+                         f"{rp['geomean_timed_over_default']:.3f} over {rp['n']} shapes ({rp['same_choice']} the same "
+                         "choice); below 0.90: " + (", ".join(f"{b['suite']} {'x'.join(map(str, b['shape']))} "
+                                                             f"{b['ratio']:.2f}" for b in rp["below_0.90"]) or "none"))
     return "\n".join(lines)
 
 
@@ -412,6 +489,12 @@ def main(argv=None) -> int:
                 keep(part, run_child(args, ["picks", mode, ",".join(dtypes), args.suites,
                                             "quick" if args.quick else "full"], tune=mode == "timed",
                                      table=mode != "model"))
+            # both choices again, timed in turn in one process (the children's GPU states differ)
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                json.dump(doc.get("choices", {}), f)
+            keep(part, run_child(args, ["picks", "replay", ",".join(dtypes), args.suites,
+                                        "quick" if args.quick else "full", f.name]))
+            os.unlink(f.name)
             doc.setdefault("summary", {})["picks"] = summarize_picks(doc.get("picks", []))
             args.out.write_text(json.dumps(doc, indent=1))
     print(table(doc))

@@ -53,7 +53,12 @@ def test_emulation_end_to_end(tmp_path):
     assert loop["calls"] == 12 and loop["distinct_m"] > 1 and loop["max_rel_err"] < 2e-2
     assert {(p["dtype"], p["n"]) for p in doc["percall"]} == {("bfloat16", 8), ("bfloat16", 16)}
     modes = {(p["mode"], tuple(p["shape"])) for p in doc["picks"]}
-    assert modes == {("default", (40, 24, 33)), ("model", (40, 24, 33)), ("timed", (40, 24, 33))}
+    assert modes == {("default", (40, 24, 33)), ("model", (40, 24, 33)), ("timed", (40, 24, 33)),
+                     ("replay", (40, 24, 33))}
+    (replay,) = [p for p in doc["picks"] if p["mode"] == "replay"]
+    assert replay["default_choice"] and replay["timed_choice"] and "missing" not in replay
+    assert replay["rel_err_default"] < 2e-2 and replay["rel_err_timed"] < 2e-2 and replay["ratio"] > 0
     s = doc["summary"]["picks"]["bfloat16"]
     assert s["n"] == 1 and s["geomean_timed_over_default"] > 0 and s["geomean_timed_over_model"] > 0
+    assert s["replay"]["n"] == 1 and s["replay"]["geomean_timed_over_default"] > 0
     assert "picks bfloat16: timed/default geomean" in r.stdout and r.stdout.rstrip().endswith(f"wrote {out}")
