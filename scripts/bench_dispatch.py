@@ -485,16 +485,15 @@ def main(argv=None) -> int:
         elif part == "percall":
             keep(part, run_child(args, ["percall", ",".join(dtypes)]))
         elif part == "picks":
-            for mode in ("default", "model", "timed"):
-                keep(part, run_child(args, ["picks", mode, ",".join(dtypes), args.suites,
-                                            "quick" if args.quick else "full"], tune=mode == "timed",
-                                     table=mode != "model"))
+            size = "quick" if args.quick else "full"
+            for mode in ("default", "timed"):
+                keep(part, run_child(args, ["picks", mode, ",".join(dtypes), args.suites, size], tune=mode == "timed"))
             # both choices again, timed in turn in one process (the children's GPU states differ)
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
                 json.dump(doc.get("choices", {}), f)
-            keep(part, run_child(args, ["picks", "replay", ",".join(dtypes), args.suites,
-                                        "quick" if args.quick else "full", f.name]))
+            keep(part, run_child(args, ["picks", "replay", ",".join(dtypes), args.suites, size, f.name]))
             os.unlink(f.name)
+            keep(part, run_child(args, ["picks", "model", ",".join(dtypes), args.suites, size], table=False))
             doc.setdefault("summary", {})["picks"] = summarize_picks(doc.get("picks", []))
             args.out.write_text(json.dumps(doc, indent=1))
     print(table(doc))
