@@ -212,6 +212,24 @@ def child_picks(mode: str, dtypes: list[str], suites: list[str], quick: bool) ->
     _emit("CHOICES", {mode: {str(k): str(v) for k, v in tuning.remembered().items()}})
 
 
+def parse_choice(name: str):
+    """A dispatcher choice's name, "variant:KEY=value-KEY=value" (matmul.candidate_name), as (Variant,
+    config); None for an unknown variant or a value that is not an integer or a boolean."""
+    from tiledmm.kernels.block import variants as V
+    vname, _, rest = name.partition(":")
+    variant = V.BY_NAME.get(vname)
+    cfg = {}
+    for item in filter(None, rest.split("-")):
+        k, _, v = item.partition("=")
+        if v in ("True", "False"):
+            cfg[k] = v == "True"
+        elif v.lstrip("-").isdigit():
+            cfg[k] = int(v)
+        else:
+            return None
+    return (variant, cfg) if variant is not None else None
+
+
 def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path: str) -> None:
     """The default's and the timing's choices (recorded by the 'default' and 'timed' children), each
     bound as the dispatcher binds it and timed in turn in this one process (three rounds each, medians):
@@ -252,6 +270,12 @@ def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path
             if None in names.values():
                 _emit("ROW", dict(row, missing=[w for w, v in names.items() if v is None]))
                 continue
+            for v in names.values():
+                # a choice made for the class by another of its shapes (a class spans 2x in each of M, N, K)
+                # need not be among this shape's candidates: bind it from its name
+                if v not in options and parse_choice(v) is not None:
+                    variant, cfg = parse_choice(v)
+                    options[v] = H.Candidate(v, cfg, variant.traits, 0, variant)
             if any(v not in options for v in names.values()):
                 _emit("ROW", dict(row, missing=[w for w, v in names.items() if v not in options]))
                 continue

@@ -62,3 +62,19 @@ def test_emulation_end_to_end(tmp_path):
     assert s["n"] == 1 and s["geomean_timed_over_default"] > 0 and s["geomean_timed_over_model"] > 0
     assert s["replay"]["n"] == 1 and s["replay"]["geomean_timed_over_default"] > 0
     assert "picks bfloat16: timed/default geomean" in r.stdout and r.stdout.rstrip().endswith(f"wrote {out}")
+
+
+def test_parse_choice_reads_back_candidate_names():
+    """The replay binds a recorded choice from its name: the name's config, every value typed back."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import bench_dispatch
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    from tiledmm.kernels.block import matmul as bm
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "EPI_SPLIT": 2, "WS": False, "num_stages": 3}
+    variant, got = bench_dispatch.parse_choice(bm.candidate_name("gluon-ws", cfg))
+    assert variant.name == "gluon-ws" and got == cfg and type(got["WS"]) is bool
+    assert bench_dispatch.parse_choice("no-such-variant:BLOCK_M=64") is None
+    assert bench_dispatch.parse_choice("blocked:BLOCK_M=x") is None
+
