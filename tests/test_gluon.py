@@ -144,12 +144,15 @@ def test_heuristic_pick_with_a_register_operand(M, N, K, tile, split):
     assert G.heuristic(M, N, K, "tf32", 132, 4)["BLOCK_M"] != 256
 
 
-def test_register_operand_is_tf32_with_b_row_major_or_a_m_major():
-    for a_t, b_t, want in ((False, True, False), (False, False, True), (True, True, True)):
+def test_operand_mode_is_the_kernels():
+    """0: both operands from shared memory; tf32: 1 an M-major A from registers, 2 a row-major B (the tile
+    transposed, B^T from registers) -- the host's reading of the kernel's _operand_mode."""
+    for a_t, b_t, want in ((False, True, 0), (False, False, 2), (True, True, 1)):
         a, b, _ = _mats(16, 16, 16, FP32, a_t=a_t, b_t=b_t)
-        assert G.register_operand(a, b) is want
-    a, b, _ = _mats(16, 16, 16, BF16)
-    assert not G.register_operand(a, b)
+        assert G.operand_mode(a, b) == want
+    for a_t, b_t in ((False, False), (True, True)):
+        a, b, _ = _mats(16, 16, 16, BF16, a_t=a_t, b_t=b_t)
+        assert G.operand_mode(a, b) == 0
 
 
 def test_descriptor_plan_halves_the_staging_tile_along_m_for_the_transposed_tile():

@@ -188,18 +188,12 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
         "b": (b.t() if b_t else b, [bn, bk] if b_t else [bk, bn]),
         # EPI_SPLIT = 2: the output staging tile is half the tile, along M where the kernel computes
         # the tile transposed (tf32 with a row-major B), else along N
-        "c": (c, [bm // epi, bn] if _rows_split(a, b_t) else [bm, bn // epi]),
+        "c": (c, [bm // epi, bn] if operand_mode(a, b) == 2 else [bm, bn // epi]),
         "A_T": a_t, "B_T": b_t, "tiles": tiles, "split": split,
         "grid": min(num_sms, tiles * split),
         # split-K: one fp32 partial tile per unit, one arrival counter per tile
         "workspace": tiles * split * bm * bn if split > 1 else 0, "counters": tiles if split > 1 else 0,
     }
-
-
-def _rows_split(a, b_t: bool) -> bool:
-    """The kernel's operand mode 2 (gluon_kernel._operand_mode): tf32 with a row-major B, the tile
-    computed transposed."""
-    return str(a.dtype) == "torch.float32" and not b_t
 
 
 @functools.lru_cache(maxsize=None)
@@ -416,10 +410,15 @@ def _full_config(config, M: int, N: int, K: int, a, c, sms: int, reg: bool = Fal
     return config
 
 
-def register_operand(a, b) -> bool:
-    """Whether the kernel feeds wgmma one operand from registers (gluon_kernel._operand_mode 1 or 2):
-    tf32 with a row-major B or an M-major A."""
-    return str(a.dtype) == "torch.float32" and (_order(b) != "t" or _order(a) == "t")
+def operand_mode(a, b) -> int:
+    """How the kernel feeds wgmma (``gluon_kernel._operand_mode``, from the same facts): 0 both operands
+    from shared memory; tf32 only: 1 an M-major A from registers, 2 a row-major B, the tile computed
+    transposed with B^T from registers."""
+    if str(a.dtype) != "torch.float32":
+        return 0
+    if _order(b) != "t":
+        return 2
+    return 1 if _order(a) == "t" else 0
 
 
 def _spec(config, a, c, bias, bias_mode, act, alpha, beta, a_t, b_t, stride_cm, sbias, biggest, dev, sms) -> tuple:
@@ -435,7 +434,7 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    config = _full_config(config, M, N, K, a, c, sms, register_operand(a, b))
+    config = _full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0)
     alpha, beta = float(alpha), float(beta)
     a_t, b_t = _order(a) == "t", _order(b) == "t"
     dev = c.get_device()
@@ -453,7 +452,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    config = _full_config(config, M, N, K, a, c, sms, register_operand(a, b))
+    config = _full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0)
     if bias_mode or act != "none":
         _check_epilogue(bias, bias_mode, act, M, N, c)
     alpha, beta = float(alpha), float(beta)

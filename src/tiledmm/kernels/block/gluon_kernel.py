@@ -180,20 +180,20 @@ def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_
         c_smem.store(out.to(c_desc.dtype))
         fence_async_shared()
         _tma_store(c_desc, [off_m, off_n], c_smem)
-    elif SPLIT_ROWS:   # two halves along M (the tile was computed transposed: M is held within each thread)
-        halves = out.reshape([2, BM // 2, BN]).permute(1, 2, 0).split()
+    else:   # two halves through a half-size staging tile
+        if SPLIT_ROWS:   # along M (the tile was computed transposed: M is held within each thread)
+            halves = out.reshape([2, BM // 2, BN]).permute(1, 2, 0).split()
+            step_m: gl.constexpr = BM // 2
+            step_n: gl.constexpr = 0
+        else:            # along N
+            halves = out.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()
+            step_m: gl.constexpr = 0
+            step_n: gl.constexpr = BN // 2
         for h in gl.static_range(2):
             tma.store_wait(pendings=0)
             c_smem.store(halves[h].to(c_desc.dtype))
             fence_async_shared()
-            _tma_store(c_desc, [off_m + h * (BM // 2), off_n], c_smem)
-    else:   # two halves along N through a half-size staging tile
-        halves = out.reshape([BM, 2, BN // 2]).permute(0, 2, 1).split()
-        for h in gl.static_range(2):
-            tma.store_wait(pendings=0)
-            c_smem.store(halves[h].to(c_desc.dtype))
-            fence_async_shared()
-            _tma_store(c_desc, [off_m, off_n + h * (BN // 2)], c_smem)
+            _tma_store(c_desc, [off_m + h * step_m, off_n + h * step_n], c_smem)
 
 
 @gluon.jit
