@@ -261,10 +261,9 @@ def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path
             # the default's choice as _resolve makes it with an empty store: the table's, else the model's
             # (the default child times nothing, so it records no choice unless a store gave one)
             options = {cd.name: cd for cd in bm.candidates(a, b, c, precision, 1.0, 0.0, key)}
-            p = bm._problem(a, b, c, precision)
-            own = bm._shipped_pick(key, a, b, c, precision, 1.0, 0.0, p, options) or \
-                H.pick(list(options.values()), p, bm.device(bm.index_of(c))).name
-            names = {"default": default.get(tkey) or own, "timed": timed.get(tkey)}
+            model_pick, table_pick = bm.untimed_choices(key, a, b, c, precision, 1.0, 0.0,
+                                                        bm._problem(a, b, c, precision), options)
+            names = {"default": default.get(tkey) or table_pick or model_pick, "timed": timed.get(tkey)}
             row = dict(mode="replay", suite=suite, shape=list(shape), dtype=dtype, **{f"{w}_choice": v
                                                                                       for w, v in names.items()})
             if None in names.values():
@@ -273,9 +272,9 @@ def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path
             for v in names.values():
                 # a choice made for the class by another of its shapes (a class spans 2x in each of M, N, K)
                 # need not be among this shape's candidates: bind it from its name
-                if v not in options and parse_choice(v) is not None:
-                    variant, cfg = parse_choice(v)
-                    options[v] = H.Candidate(v, cfg, variant.traits, 0, variant)
+                parsed = parse_choice(v) if v not in options else None
+                if parsed is not None:
+                    options[v] = H.Candidate(v, parsed[1], parsed[0].traits, 0, parsed[0])
             if any(v not in options for v in names.values()):
                 _emit("ROW", dict(row, missing=[w for w, v in names.items() if v not in options]))
                 continue

@@ -98,6 +98,12 @@ def time_fn(make_call, sets, reps=20, batches=12):
     return statistics.median(times), (max(times) - min(times)) / statistics.median(times)
 
 
+def config_name(cfg: dict) -> str:
+    """A config as a short label: BMxBNxBK, stages, warps, EPI_SPLIT, GROUP_M, SPLIT_K."""
+    return (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}s{cfg['num_stages']}w{cfg['num_warps']}"
+            f"e{cfg['EPI_SPLIT']}g{cfg['GROUP_M']}k{cfg['SPLIT_K']}")
+
+
 def input_sets(M, N, K, dtype, b_t=False):
     bytes_one = (M * K + K * N + M * N) * torch.tensor([], dtype=dtype).element_size()
     n = max(1, min(8, -(-(120 << 20) // bytes_one)))   # rotate over > 2x the 50 MB L2
@@ -121,8 +127,7 @@ def bench(M, N, K, dtype, configs):
     pick = G.heuristic(M, N, K, kind, torch.cuda.get_device_properties(0).multi_processor_count,
                        sets[0][2].element_size())
     for cfg in configs:
-        name = (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}s{cfg['num_stages']}w{cfg['num_warps']}"
-                f"e{cfg['EPI_SPLIT']}g{cfg['GROUP_M']}k{cfg['SPLIT_K']}")
+        name = config_name(cfg)
         try:
             t, sp = time_fn(lambda a, b, c, cfg=cfg: (lambda: G.launch(a, b, c, precision=prec, config=cfg)), sets)
             row["configs"][name] = {"ms": t, "tflops": flops / t / 1e9, "x_torch": t_torch / t, "spread": sp,

@@ -25,10 +25,6 @@ from tiledmm.kernels.block import gluon_gemm as G  # noqa: E402
 SHAPES = "256x11008x4096,256x4096x11008,512x4096x4096,512x4096x11008,512x11008x4096,256x8192x8192,256x28672x8192"
 
 
-def _name(c):
-    return f"{c['BLOCK_M']}x{c['BLOCK_N']}s{c['num_stages']}e{c['EPI_SPLIT']}k{c['SPLIT_K']}"
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=SHAPES)
@@ -44,7 +40,7 @@ def main() -> int:
             r = BG.check(777, 1000, 1000, torch.bfloat16, cfg)
             if not r.startswith("ok"):
                 bad += 1
-                print(f"{r} {_name(cfg)}", flush=True)
+                print(f"{r} {BG.config_name(cfg)}", flush=True)
     print(f"split configs checked: {bad} failures", flush=True)
     rows = []
     for s in args.shapes.split(","):
@@ -52,11 +48,11 @@ def main() -> int:
         pick = G.heuristic(M, N, K, "16bit", 132, 2)
         cfgs = base + split
         row = BG.bench(M, N, K, torch.bfloat16, cfgs)
-        t = {_name(c): v.get("ms") for c, v in zip(cfgs, row["configs"].values())}
+        t = {BG.config_name(c): v.get("ms") for c, v in zip(cfgs, row["configs"].values())}
         torch_ms = row["torch_ms"]
         best_plain = min((v, k) for k, v in t.items() if v and k.endswith("k1"))
         best_split = min((v, k) for k, v in t.items() if v and not k.endswith("k1"))
-        rows.append((s, _name(pick), torch_ms / t[_name(pick)], best_plain, best_split, torch_ms))
+        rows.append((s, BG.config_name(pick), torch_ms / t[BG.config_name(pick)], best_plain, best_split, torch_ms))
         print(s, " ".join(f"{k}={1e3 * v:.1f}" for k, v in t.items() if v), f"torch={1e3 * torch_ms:.1f} us", flush=True)
     print("\nMxNxK             pick x   best unsplit x      best split x       (GPU time x torch)")
     for s, pname, px, (bp, bpn), (bs, bsn), tt in rows:

@@ -34,10 +34,6 @@ QUICK = [(4096, 4096, 4096), (256, 5120, 13824), (512, 4096, 4096)]
 EXTRA = [G._c(128, 128, 32, 8, 5)]
 
 
-def _name(c):
-    return f"{c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']}s{c['num_stages']}w{c['num_warps']}e{c['EPI_SPLIT']}k{c['SPLIT_K']}"
-
-
 def repeat_check(M, N, K, cfg, a_t, b_t):
     """Three launches of one input set: equal to each other (bitwise) and to float64."""
     a, b = BG.operands(M, N, K, torch.float32, a_t, b_t, seed=7)
@@ -63,12 +59,12 @@ def checks() -> int:
 
     for cfg in G.CONFIGS["tf32"] + EXTRA:
         for a_t, b_t in ((False, False), (True, True), (False, True)):
-            tag = f"{_name(cfg)} a_t={a_t:d} b_t={b_t:d}"
+            tag = f"{BG.config_name(cfg)} a_t={a_t:d} b_t={b_t:d}"
             m = 784 if a_t else 777          # a column-major A needs a 16-byte row stride
             show(f"{tag} {m}x1000x1000", BG.check(m, 1000, 1000, f32, cfg, a_t, b_t))
             show(f"{tag} 304x520x264", BG.check(304, 520, 264, f32, cfg, a_t, b_t))
             show(f"{tag} 3x launches 1000x776x1032", repeat_check(1000, 776, 1032, cfg, a_t, b_t))
-        show(f"{_name(cfg)} alpha=-1 beta=1 200x512x4096", BG.check(200, 512, 4096, f32, cfg, alpha=-1.0, beta=1.0))
+        show(f"{BG.config_name(cfg)} alpha=-1 beta=1 200x512x4096", BG.check(200, 512, 4096, f32, cfg, alpha=-1.0, beta=1.0))
     show("heuristic, offset sub-matrix 129x136x72", BG.check(129, 136, 72, f32, offset=True))
     show("a_t=1 b_t=0 (refused)", BG.check(64, 64, 64, f32, None, True, False))
     # bias + gelu in the epilogue with the transposed tile
@@ -98,7 +94,7 @@ def bench(M, N, K, configs):
     row["tiledmm default"] = t
     pick = G.heuristic(M, N, K, "tf32", torch.cuda.get_device_properties(0).multi_processor_count, 4, reg=True)
     for cfg in configs:
-        label = _name(cfg) + (" (pick)" if cfg == pick else "")
+        label = BG.config_name(cfg) + (" (pick)" if cfg == pick else "")
         try:
             row[label] = BG.time_fn(lambda a, b, c, cfg=cfg: (lambda: G.launch(a, b, c, precision="tf32", config=cfg)),
                                     sets)[0]

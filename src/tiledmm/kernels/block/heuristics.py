@@ -32,6 +32,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from . import gluon_gemm as _gluon     # host side only: imports no Gluon
+
 # per-SM peak multiply-adds per microsecond on the H100 (dense): bf16/fp16 989 TFLOP/s,
 # tf32 495, IEEE fp32 FMAs 67, over 132 SMs; only ratios between candidates matter
 _MACS_PER_US = {"16bit": 3.75e6, "tf32": 1.87e6, "ieee": 0.25e6}
@@ -182,7 +184,7 @@ GLUON_TF32_RATE = {(128, 256): 351, (128, 128): 316, (64, 128): 274}
 # B), 4096^3-8192^3 TFLOP/s (scripts/bench_gluon_tf32.py); the Triton variants copy B K-major first
 # (copy_bytes), which the model charges at full bandwidth: the Gluon kernel wins where B is large
 # against the product (few rows), the copying kernels where the product is large against B.
-GLUON_TF32_REG_RATE = {(256, 128): 355, (128, 256): 297, (128, 128): 308, (64, 128): 212}
+GLUON_TF32_REG_RATE = {(bm, bn): r for (bm, bn, _), r in _gluon.RATE_TF32_REG.items()}   # the kernel's own table
 _TMA_TF32 = (378, 0.75)   # the persistent TMA kernel, tf32 128x128: measured TFLOP/s, the model's speed
 
 

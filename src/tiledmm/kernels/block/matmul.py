@@ -252,6 +252,13 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
     return None
 
 
+def untimed_choices(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, options: dict) -> tuple:
+    """(the model's pick, the shipped table's pick or None) among ``options`` (the table's may be added to
+    them): without a stored or timed choice, the table's is taken, else the model's."""
+    pick = H.pick(list(options.values()), p, device(index_of(c))).name
+    return pick, _shipped_pick(key, a, b, c, precision, alpha, beta, p, options)
+
+
 def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Callable:
     """Variant and config for a new plan key (called under _lock): the store's choice where it
     has one; with tuning on, the fastest candidate timed on the caller's operands into a scratch
@@ -259,8 +266,7 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
     import torch
     options = {cd.name: cd for cd in candidates(a, b, c, precision, alpha, beta, key, passes)}
     p = _problem(a, b, c, precision)
-    pick = H.pick(list(options.values()), p, device(index_of(c))).name
-    table_pick = _shipped_pick(key, a, b, c, precision, alpha, beta, p, options)
+    pick, table_pick = untimed_choices(key, a, b, c, precision, alpha, beta, p, options)
     capturing = not emulating() and torch.cuda.is_current_stream_capturing()
 
     sets: list = []
