@@ -99,9 +99,9 @@ def time_fn(make_call, sets, reps=20, batches=12):
 
 
 def config_name(cfg: dict) -> str:
-    """A config as a short label: BMxBNxBK, stages, warps, EPI_SPLIT, GROUP_M, SPLIT_K."""
+    """A config as a short label: BMxBNxBK, stages, warps, EPI_SPLIT, GROUP_M, SPLIT_K, then "t" if TAIL."""
     return (f"{cfg['BLOCK_M']}x{cfg['BLOCK_N']}x{cfg['BLOCK_K']}s{cfg['num_stages']}w{cfg['num_warps']}"
-            f"e{cfg['EPI_SPLIT']}g{cfg['GROUP_M']}k{cfg['SPLIT_K']}")
+            f"e{cfg['EPI_SPLIT']}g{cfg['GROUP_M']}k{cfg['SPLIT_K']}" + ("t" if cfg.get("TAIL") else ""))
 
 
 def input_sets(M, N, K, dtype, b_t=False):

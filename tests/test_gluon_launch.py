@@ -75,7 +75,8 @@ class _Fake:
         monkeypatch.setattr(G, "_warned", False)
         monkeypatch.setattr(G, "_num_sms", lambda: 132)
         monkeypatch.setattr(G, "current_stream", lambda: 7)
-        monkeypatch.setattr(G, "_SCRATCH", {-1: (torch.zeros(1), torch.zeros(1024, dtype=torch.int32))})
+        monkeypatch.setattr(G, "_SCRATCH", {k: (torch.zeros(1), torch.zeros(1024, dtype=torch.int32))
+                                            for k in (-1, (-1, 7), (-1, 9))})   # per device; per stream (7, 9)
 
 
 CFG = G._c(64, 128, 64, 4, 6)
@@ -95,8 +96,9 @@ def test_repeat_calls_take_the_c_launch_with_kept_descriptors(monkeypatch):
     assert da == (("map", 0, a.data_ptr()), 300, 264, 264, 1) and db == (("map", 1, b.data_ptr()), 264, 520, 520, 1)
     assert dc == (("map", 2, c.data_ptr()), 300, 520, 520, 1)
     ws, cnt = G._SCRATCH[-1]
-    assert args[28:39] == (c.data_ptr(), 520, c.data_ptr(), 0, ws.data_ptr(), cnt.data_ptr(), 300, 520, 264, 1.0, 0.0)
-    assert args[39:] == (6, False, False, 8, 132, False, True, 1, 1, G.LOADER_REGS, 0, "none", 4)
+    assert args[28:41] == (c.data_ptr(), 520, c.data_ptr(), 0, ws.data_ptr(), cnt.data_ptr(), 300, 520, 264,
+                           tiles, 1, 1.0, 0.0)                # tail_at = every tile, tail_split 1: nothing split
+    assert args[41:] == (6, False, False, 8, 132, False, True, 1, 1, 0, G.LOADER_REGS, 0, "none", 4)
     G.launch(a, b, c, precision="none", config=CFG)
     assert len(f.expanded) == 3 and f.c[1] == f.c[0]      # same tensors: no descriptor filled again
     a2 = a.clone()
@@ -159,7 +161,7 @@ def test_transposed_operands_are_described_by_their_transposes(monkeypatch):
     args = f.c[0]
     assert args[13:18] == (("map", 0, a.data_ptr()), 264, 300, 300, 1)       # A^T: (K, M), row stride M
     assert args[18:23] == (("map", 1, b.data_ptr()), 520, 264, 264, 1)       # B^T: (N, K)
-    assert args[39:42] == (6, True, True)
+    assert args[41:44] == (6, True, True)
 
 
 def test_what_triton_compiles_separately_is_bound_separately(monkeypatch):
@@ -179,7 +181,7 @@ def test_what_triton_compiles_separately_is_bound_separately(monkeypatch):
         kw = {k: (v * 3 if k in ("alpha", "beta") else v) for k, v in kw.items()}
         G.launch(kw.pop("a"), kw.pop("b"), kw.pop("c"), precision="none", **kw)
     assert len(f.public) == len(calls) and len(f.c) == len(calls)
-    assert f.c[1][37] == 6.0 and f.c[2][38] == 3.0           # alpha, beta: the call's values
+    assert f.c[1][39] == 6.0 and f.c[2][40] == 3.0           # alpha, beta: the call's values
 
 
 def test_split_k_takes_a_fresh_workspace_and_the_counters(monkeypatch):
@@ -190,8 +192,39 @@ def test_split_k_takes_a_fresh_workspace_and_the_counters(monkeypatch):
         G.launch(a, b, c, precision="none", config=cfg)
     tiles = -(-300 // 64) * -(-520 // 128)
     args = f.c[0]
-    assert args[0] == min(132, tiles * 4) and args[33] == G._SCRATCH[-1][1].data_ptr()
-    assert args[32] != G._SCRATCH[-1][0].data_ptr() and args[47] == 4
+    assert args[0] == min(132, tiles * 4) and args[33] == G._SCRATCH[(-1, 7)][1].data_ptr()   # the stream's counters
+    assert args[32] != G._SCRATCH[-1][0].data_ptr() and args[49] == 4
+    monkeypatch.setattr(G, "current_stream", lambda: 9)
+    G.launch(a, b, c, precision="none", config=cfg)
+    assert f.c[-1][33] == G._SCRATCH[(-1, 9)][1].data_ptr() != args[33]     # another stream: other counters
+
+
+@pytest.mark.parametrize("tiles, k_steps, expect", [
+    (144, 64, (132, 8)),     # 12 tiles past one wave: each split 8 ways, 96 units in the last round
+    (160, 64, (132, 4)),     # 28 past: 4 ways (8 would need 224 units)
+    (192, 64, (132, 2)),     # 60 past: 2 ways
+    (200, 64, (200, 1)),     # 68 past: even 2 ways overflow the round: nothing split
+    (264, 64, (264, 1)),     # whole waves
+    (32, 64, (0, 4)),        # less than one wave: every tile split
+    (32, 5, (0, 2)),         # few K-steps: each unit keeps >= 2
+    (32, 3, (32, 1)),
+])
+def test_tail_plan_splits_only_the_last_partial_wave(tiles, k_steps, expect):
+    tail_at, split = G.tail_plan(tiles, k_steps, 132)
+    assert (tail_at, split) == expect
+    assert tail_at + (tiles - tail_at) * split - tail_at <= 132      # the split units fit in one round
+
+
+def test_a_tail_config_launches_its_split_units_with_a_workspace(monkeypatch):
+    f = _Fake(monkeypatch)
+    cfg = G._c(128, 128, 64, 8, 4, tail=1)
+    a, b, c = _mats(1100, 4096, 256)                      # 9 x 32 = 288 tiles: 24 past two whole waves
+    for _ in range(2):
+        G.launch(a, b, c, precision="none", config=cfg)
+    args = f.c[0]
+    assert args[0] == 132 and args[37:39] == (264, 2)     # tail_at, tail_split: 4 K-steps allow 2 ways, not 4
+    plan = G.descriptor_plan(a, b, c, cfg)
+    assert (plan["tail_at"], plan["tail_split"], plan["workspace"], plan["counters"]) == (264, 2, 48 * 128 * 128, 24)
 
 
 def test_an_undecided_adapter_binds_later_and_a_declining_one_never(monkeypatch):

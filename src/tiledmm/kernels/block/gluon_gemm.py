@@ -24,7 +24,10 @@ descriptor_plan -- is here and imports no Gluon.
 * split-K in one kernel (config SPLIT_K): SPLIT_K adjacent work units per tile; each leaves an
   fp32 partial in a workspace and counts itself in on the tile's counter; the last to arrive adds
   the others, runs the epilogue and resets the counter (so the counters stay zero between
-  launches: launches sharing them must not run concurrently, i.e. one stream);
+  launches; they are kept per device and stream, so launches on two streams never share them);
+* the tail split (config TAIL): the tiles of whole waves run whole; each tile of the last, partial
+  wave is split along K (``tail_plan``), and once its units have all arrived each adds up and
+  stores its own share of the tile's rows; a launch with nothing to split runs the plain build;
 * operands in the layout they have: a transposed A or B (unit stride along M or N) is
   described by a TMA descriptor of its transpose and fed to wgmma through a permuted
   shared-memory view -- no copy. Ragged edges are the copy engine's: out-of-bounds loads
@@ -69,9 +72,26 @@ def cdiv(x: int, y: int) -> int:
     return -(-x // y)
 
 
-def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1) -> dict:
+def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1, tail=0) -> dict:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "EPI_SPLIT": epi, "SPLIT_K": split,
-            "num_warps": warps, "num_stages": stages}
+            "TAIL": tail, "num_warps": warps, "num_stages": stages}
+
+
+MAX_TAIL_SPLIT = 8      # gluon_kernel.TAIL_CHUNKS: a tail tile's rows are shared out in 8 chunks
+
+
+def tail_plan(tiles: int, k_steps: int, sms: int) -> tuple[int, int]:
+    """(tail_at, tail_split) of a TAIL config's launch: the tiles of whole waves (the first ``tail_at``)
+    run whole; those of the last, partial wave are split ``tail_split`` ways along K, as many as keep
+    all their units in one round of the persistent grid (a power of two <= MAX_TAIL_SPLIT, each unit
+    >= 2 K-steps). (tiles, 1) -- nothing split -- where the waves are whole or no split fits."""
+    rem = tiles % sms
+    if rem == 0:
+        return tiles, 1
+    split = MAX_TAIL_SPLIT
+    while split > 1 and (rem * split > sms or k_steps < 2 * split):
+        split //= 2
+    return (tiles - rem, split) if split > 1 else (tiles, 1)
 
 
 # 16-bit: 128x256 with two consumer warpgroups (the tutorials' best Hopper tile; EPI_SPLIT=2 halves
@@ -80,7 +100,7 @@ def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1) -> dict:
 # units per tile, fixed up in the kernel) only where it won on the H100 (tf32, one row of tiles):
 # in 16-bit it lost to the best unsplit tile on every shape measured (docs/measurements/session7_gluon_kernel_h100.log).
 CONFIGS = {
-    "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 4),
+    "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2, tail=1), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 4),
               _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8)],
     "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2),
              _c(64, 128, 32, 4, 6, split=2), _c(256, 128, 32, 8, 3, epi=2)],
@@ -95,6 +115,11 @@ RATE_TF32 = {(128, 128, 1): 315, (64, 128, 1): 266, (128, 256, 2): 355}
 # 4096^3-8192^3 (scripts/bench_gluon_tf32.py, H100); 256x128 only here, where wgmma's n is BLOCK_M = 256
 RATE_TF32_REG = {(256, 128, 2): 355, (128, 256, 2): 297, (128, 128, 1): 308, (64, 128, 1): 212}
 SPLIT_COST = 1.6
+# TAIL (the last partial wave's tiles split along K, tail_plan): that round costs about TAIL_ROUND + 1/split
+# of a tile's round (H100, 16-bit 128x256, scripts/bench_gluon_tail.py: 0.43 at split 8, 0.64 at 4, 0.65
+# at 2). A launch with nothing to split runs the plain kernel (TAIL = 0): the TAIL build measured 3-6 %
+# slower there.
+TAIL_ROUND = 0.25
 
 
 def smem_bytes(config: dict, esize: int, out_esize: int) -> int:
@@ -119,9 +144,13 @@ def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int 
         if (bm, bn, cfg["EPI_SPLIT"]) not in rates or smem_bytes(cfg, esize, out_esize) > SMEM_LIMIT or \
                 (split > 1 and (cdiv(K, cfg["BLOCK_K"]) < 4 * split or units > sms)):
             continue
-        waves = cdiv(units, sms)
+        tile = bm * bn / rates[(bm, bn, cfg["EPI_SPLIT"])]
+        tail_at, tail_split = tail_plan(units, cdiv(K, cfg["BLOCK_K"]), sms) if cfg.get("TAIL") else (units, 1)
+        if tail_split > 1:
+            timed.append(((tail_at // sms + TAIL_ROUND + 1 / tail_split) * tile, cfg))
+            continue
         cost = SPLIT_COST if split > 1 else 1.0
-        timed.append((waves * bm * bn / split * cost / rates[(bm, bn, cfg["EPI_SPLIT"])], cfg))
+        timed.append((cdiv(units, sms) * tile / split * cost, cfg))
     fastest = min(t for t, _ in timed)
     near = [(cfg["BLOCK_M"] * cfg["BLOCK_N"], -cfg["SPLIT_K"], -t, cfg) for t, cfg in timed if t <= 1.1 * fastest]
     return dict(max(near, key=lambda x: x[:3])[3])
@@ -183,6 +212,14 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     M, N = a.shape[0], b.shape[1]
     tiles = cdiv(M, bm) * cdiv(N, bn)
     split, epi = config.get("SPLIT_K", 1), config.get("EPI_SPLIT", 1)
+    if config.get("TAIL"):
+        tail_at, tail_split = tail_plan(tiles, cdiv(a.shape[1], bk), num_sms)
+        units = tail_at + (tiles - tail_at) * tail_split
+        tail = {"tail_at": tail_at, "tail_split": tail_split, "grid": min(num_sms, units),
+                "workspace": (units - tail_at) * bm * bn if tail_split > 1 else 0,
+                "counters": tiles - tail_at if tail_split > 1 else 0}
+    else:
+        tail = {"tail_at": tiles, "tail_split": 1}
     return {
         "a": (a.t() if a_t else a, [bk, bm] if a_t else [bm, bk]),
         "b": (b.t() if b_t else b, [bn, bk] if b_t else [bk, bn]),
@@ -193,6 +230,7 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
         "grid": min(num_sms, tiles * split),
         # split-K: one fp32 partial tile per unit, one arrival counter per tile
         "workspace": tiles * split * bm * bn if split > 1 else 0, "counters": tiles if split > 1 else 0,
+        **tail,     # TAIL: the last wave's tiles split along K (tail_plan), their partials and counters
     }
 
 
@@ -243,22 +281,27 @@ def _check_epilogue(bias, bias_mode, act, M: int, N: int, c) -> None:
                                f"{c.dtype} or float32, on {c.device}; got {got}")
 
 
-_SCRATCH: dict = {}     # device index -> (1-element fp32 stand-in workspace, int32 arrival counters)
+# device index -> (1-element fp32 stand-in workspace, int32 counters), and (device, stream) -> the
+# same for the split launches of that stream
+_SCRATCH: dict = {}
 _scratch_lock = threading.Lock()
 
 
-def _scratch(dev: int, counters: int, workspace: int):
-    """(fp32 workspace, int32 arrival counters) on device ``dev``. The counters are kept per device
-    (zero between launches: the last arrival resets them); the workspace is a fresh tensor for
-    split-K (``workspace`` elements) and a kept 1-element stand-in otherwise (never read)."""
+def _scratch(dev: int, counters: int, workspace: int, stream: int | None = None):
+    """(fp32 workspace, int32 arrival counters) on device ``dev``. The counters are kept per device and
+    stream (``stream``: the launch's; zero between launches: the last arrival resets them), so split
+    launches on two streams never share them -- a tail tile's units wait on its counter; the
+    workspace is a fresh tensor for split launches (``workspace`` elements) and a kept 1-element
+    stand-in otherwise (never read)."""
     import torch
-    kept = _SCRATCH.get(dev)
+    key = dev if stream is None else (dev, stream)
+    kept = _SCRATCH.get(key)
     if kept is None or kept[1].numel() < counters:
         with _scratch_lock:
-            kept = _SCRATCH.get(dev)
+            kept = _SCRATCH.get(key)
             if kept is None or kept[1].numel() < counters:
                 where = torch.device("cuda", dev)
-                kept = _SCRATCH[dev] = (torch.empty(1, dtype=torch.float32, device=where),
+                kept = _SCRATCH[key] = (torch.empty(1, dtype=torch.float32, device=where),
                                         torch.zeros(max(counters, 1024), dtype=torch.int32, device=where))
     if workspace:
         return torch.empty(workspace, dtype=torch.float32, device=kept[1].device), kept[1]
@@ -270,12 +313,12 @@ def _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_m
     kmod = _kernel()
     plan = descriptor_plan(a, b, c, config, sms)
     descs = [kmod.descriptor(*plan[x]) for x in "abc"]
-    ws, cnt = _scratch(dev, plan["counters"], plan["workspace"])
+    ws, cnt = _scratch(dev, plan["counters"], plan["workspace"], current_stream() if plan["counters"] else None)
     ck = kmod.gluon_ws_kernel[(plan["grid"],)](
-        *descs, c, c.stride(0), bias, sbias, ws, cnt, M, N, K, alpha, beta,
+        *descs, c, c.stride(0), bias, sbias, ws, cnt, M, N, K, plan["tail_at"], plan["tail_split"], alpha, beta,
         STAGES=config["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=config["GROUP_M"],
         NUM_SMS=sms, HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0, EPI_SPLIT=config.get("EPI_SPLIT", 1),
-        SPLIT_K=plan["split"], LOADER_REGS=LOADER_REGS, BIAS=bias_mode, ACT=act, num_warps=config["num_warps"])
+        SPLIT_K=plan["split"], TAIL=config.get("TAIL", 0), LOADER_REGS=LOADER_REGS, BIAS=bias_mode, ACT=act, num_warps=config["num_warps"])
     return ck, descs
 
 
@@ -291,11 +334,12 @@ class _Bound:
     """One specialisation's CompiledKernel, launched through its C launch: the descriptors'
     arguments from ``_descs``, sizes, pointers and the grid from the call. Immutable."""
 
-    def __init__(self, td, config: dict, sms: int, a_t: bool, b_t: bool, tail: tuple):
+    def __init__(self, td, config: dict, sms: int, a_t: bool, b_t: bool, consts: tuple):
         self.launch, self.coop, self.pdl, self.expand = td.launch, td.cooperative, td.pdl, td.expand
         self.function, self.packed = td.function, td.packed
         self.bm, self.bn, self.split = config["BLOCK_M"], config["BLOCK_N"], config.get("SPLIT_K", 1)
-        self.sms, self.a_t, self.b_t, self.tail = sms, a_t, b_t, tail
+        self.bk, self.tail = config["BLOCK_K"], config.get("TAIL", 0)
+        self.sms, self.a_t, self.b_t, self.consts = sms, a_t, b_t, consts
         self.mkeys = [repr(sorted(m.items())) for m in td.metadata]   # one tensor-map kind per descriptor
 
     def desc(self, i: int, ptr: int, shape: tuple, strides: tuple, dev: int) -> tuple:
@@ -325,10 +369,17 @@ class _Bound:
         eb = self.desc(1, pb, (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1), dev)
         ec = self.desc(2, pc, (M, N), (sc[0], 1), dev)
         tiles = cdiv(M, self.bm) * cdiv(N, self.bn)
-        ws, cnt = _scratch(dev, tiles, tiles * self.split * self.bm * self.bn) if self.split > 1 else _SCRATCH[dev]
-        self.launch(min(self.sms, tiles * self.split), 1, 1, stream, self.function, self.coop, self.pdl,
+        tail_at, tail_split = tail_plan(tiles, cdiv(K, self.bk), self.sms) if self.tail else (tiles, 1)
+        if tail_split > 1:
+            units = tail_at + (tiles - tail_at) * tail_split
+            ws, cnt = _scratch(dev, tiles - tail_at, (units - tail_at) * self.bm * self.bn, stream)
+        else:
+            units = tiles * self.split
+            ws, cnt = _scratch(dev, tiles, units * self.bm * self.bn, stream) if self.split > 1 else \
+                (_SCRATCH.get(dev) or _scratch(dev, 0, 0))
+        self.launch(min(self.sms, units), 1, 1, stream, self.function, self.coop, self.pdl,
                     None, None, self.packed, None, None, None, *ea, *eb, *ec, pc, sc[0], pbias, sbias,
-                    ws.data_ptr(), cnt.data_ptr(), M, N, K, alpha, beta, *self.tail)
+                    ws.data_ptr(), cnt.data_ptr(), M, N, K, tail_at, tail_split, alpha, beta, *self.consts)
 
 
 class _ClassLaunch:
@@ -339,9 +390,11 @@ class _ClassLaunch:
     a C row stride Triton would specialise otherwise, a batch, sizes past 32 bits): the caller then
     runs the variant, which binds that one. Immutable."""
 
-    def __init__(self, bound: _Bound, a_t: bool, b_t: bool, c_key: int, flags: tuple, dev: int):
+    def __init__(self, bound: _Bound, a_t: bool, b_t: bool, c_key: int, flags: tuple, dev: int,
+                 specs: tuple = ()):
         self.bound, self.a, self.b, self.c_key, self.flags, self.dev = bound, "t" if a_t else "n", \
             "t" if b_t else "n", c_key, flags, dev
+        self.specs = specs      # a TAIL config's two specialisations: (split, plain twin)
 
     def __call__(self, stream: int, env: tuple) -> bool:
         pa, pb, pc, M, N, K, _, sam, sak, _, sbk, sbn, _, scm, scn, alpha, beta, batch = env
@@ -349,8 +402,13 @@ class _ClassLaunch:
                 or max(M, N, K) >= 2 ** 31 or _order_of((M, K), (sam, sak)) != self.a \
                 or _order_of((K, N), (sbk, sbn)) != self.b:
             return False
-        self.bound.go(stream, pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta,
-                      self.dev)
+        bound = self.bound
+        if len(self.specs) == 2:     # a TAIL config: the call's wave decides which build runs (_plain_unless_split)
+            split = tail_plan(cdiv(M, bound.bm) * cdiv(N, bound.bn), cdiv(K, bound.bk), bound.sms)[1] > 1
+            bound = _bound.get(self.specs[0 if split else 1])
+            if not isinstance(bound, _Bound):
+                return False        # that build's first call: the variant's launch binds it
+        bound.go(stream, pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta, self.dev)
         return True
 
 
@@ -364,10 +422,10 @@ def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: 
     if td is not None:
         if td.params == kmod.RUNTIME + kmod.CONSTEXPRS:
             has_beta, alpha_one, bias_mode, act = flags      # the constexprs (passed, not read, by the C launch)
-            tail = (config["num_stages"], a_t, b_t, config["GROUP_M"], sms, has_beta, alpha_one,
-                    config.get("EPI_SPLIT", 1), config.get("SPLIT_K", 1), LOADER_REGS, bias_mode, act,
-                    config["num_warps"])
-            _bound[spec] = _Bound(td, config, sms, a_t, b_t, tail)
+            consts = (config["num_stages"], a_t, b_t, config["GROUP_M"], sms, has_beta, alpha_one,
+                      config.get("EPI_SPLIT", 1), config.get("SPLIT_K", 1), config.get("TAIL", 0), LOADER_REGS,
+                      bias_mode, act, config["num_warps"])
+            _bound[spec] = _Bound(td, config, sms, a_t, b_t, consts)
             return
     if not _adapter.decided():
         return
@@ -410,6 +468,15 @@ def _full_config(config, M: int, N: int, K: int, a, c, sms: int, reg: bool = Fal
     return config
 
 
+def _plain_unless_split(config: dict, M: int, N: int, K: int, sms: int) -> dict:
+    """A TAIL config where this call has no partial wave to split (``tail_plan``): its plain twin
+    (TAIL = 0), a specialisation of its own -- the TAIL build runs a few % slower with nothing to split."""
+    if config.get("TAIL") and tail_plan(cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]),
+                                        cdiv(K, config["BLOCK_K"]), sms)[1] == 1:
+        return dict(config, TAIL=0)
+    return config
+
+
 def operand_mode(a, b) -> int:
     """How the kernel feeds wgmma (``gluon_kernel._operand_mode``, from the same facts): 0 both operands
     from shared memory; tf32 only: 1 an M-major A from registers, 2 a row-major B, the tile computed
@@ -438,11 +505,12 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     alpha, beta = float(alpha), float(beta)
     a_t, b_t = _order(a) == "t", _order(b) == "t"
     dev = c.get_device()
-    bound = _bound.get(_spec(config, a, c, c, 0, "none", alpha, beta, a_t, b_t, c.stride(0), 0, max(M, N, K),
-                             dev, sms))
+    specs = [_spec(dict(config, TAIL=t), a, c, c, 0, "none", alpha, beta, a_t, b_t, c.stride(0), 0, max(M, N, K),
+                   dev, sms) for t in ((1, 0) if config.get("TAIL") else (0,))]
+    bound = _bound.get(specs[0] if _plain_unless_split(config, M, N, K, sms) is config else specs[-1])
     if not isinstance(bound, _Bound):
         return None
-    return _ClassLaunch(bound, a_t, b_t, _int_key(c.stride(0)), (beta != 0.0, alpha == 1.0), dev)
+    return _ClassLaunch(bound, a_t, b_t, _int_key(c.stride(0)), (beta != 0.0, alpha == 1.0), dev, tuple(specs))
 
 
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, bias_mode=0, act="none") -> None:
@@ -452,7 +520,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    config = _full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0)
+    config = _plain_unless_split(_full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0), M, N, K, sms)
     if bias_mode or act != "none":
         _check_epilogue(bias, bias_mode, act, M, N, c)
     alpha, beta = float(alpha), float(beta)

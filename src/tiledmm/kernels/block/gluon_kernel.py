@@ -27,9 +27,10 @@ _GL = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16, "torch.float3
 
 # the kernel's parameters in order (gluon_gemm's direct launch builds its argument list by them)
 RUNTIME = ("a_desc", "b_desc", "c_desc", "c_ptr", "stride_cm", "bias_ptr", "stride_bias", "ws_ptr", "cnt_ptr",
-           "M", "N", "K", "alpha", "beta")
+           "M", "N", "K", "tail_at", "tail_split", "alpha", "beta")
 CONSTEXPRS = ("STAGES", "A_T", "B_T", "GROUP_M", "NUM_SMS", "HAS_BETA", "ALPHA_ONE", "EPI_SPLIT", "SPLIT_K",
-              "LOADER_REGS", "BIAS", "ACT", "num_warps")
+              "TAIL", "LOADER_REGS", "BIAS", "ACT", "num_warps")
+TAIL_CHUNKS = gl.constexpr(8)     # a tail tile's rows fall in this many chunks, shared out among its split units
 
 
 def descriptor(t, block):
@@ -89,29 +90,60 @@ def _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
     return pid_m, pid_n
 
 
+@gluon.constexpr_function
+def _slice_layout(BN, num_warps):
+    """A [rows, BN] fp32 slice of a tail tile: four columns a thread, a warp along N, warps along M."""
+    tpw_n = min(32, BN // 4)
+    return gl.BlockedLayout([1, 4], [32 // tpw_n, tpw_n], [num_warps, 1], [1, 0])
+
+
 @gluon.jit
-def _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
-    """Work unit -> (tile, pid_m, pid_n, first K-step, end K-step): SPLIT_K units per tile, adjacent."""
-    tile = unit // SPLIT_K
-    k_per = gl.cdiv(k_tiles, SPLIT_K)
-    k_lo = (unit % SPLIT_K) * k_per
-    k_hi = min(k_lo + k_per, k_tiles)
+def _units(num_pid_m, num_pid_n, tail_at, tail_split, SPLIT_K: gl.constexpr, TAIL: gl.constexpr):
+    """How many work units a launch has (see ``_unit``)."""
+    if TAIL:
+        return tail_at + (num_pid_m * num_pid_n - tail_at) * tail_split
+    else:
+        return num_pid_m * num_pid_n * SPLIT_K
+
+
+@gluon.jit
+def _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr,
+          TAIL: gl.constexpr):
+    """Work unit -> (tile, pid_m, pid_n, first K-step, end K-step). SPLIT_K > 1: SPLIT_K units per tile,
+    adjacent. TAIL: tiles below ``tail_at`` are one unit each (the whole waves); each tile from
+    ``tail_at`` on (the last, partial wave) is ``tail_split`` adjacent units, one share of K each."""
+    if TAIL:
+        tile = unit
+        k_lo = unit * 0
+        k_hi = k_tiles
+        if unit >= tail_at:
+            v = unit - tail_at
+            tile = tail_at + v // tail_split
+            k_per = gl.cdiv(k_tiles, tail_split)
+            k_lo = (v % tail_split) * k_per
+            k_hi = min(k_lo + k_per, k_tiles)
+    else:
+        tile = unit // SPLIT_K
+        k_per = gl.cdiv(k_tiles, SPLIT_K)
+        k_lo = (unit % SPLIT_K) * k_per
+        k_hi = min(k_lo + k_per, k_tiles)
     pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
     return tile, pid_m, pid_n, k_lo, k_hi
 
 
 @gluon.jit
-def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
+def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, tail_at, tail_split,
             BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
             A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
-            SPLIT_K: gl.constexpr):
+            SPLIT_K: gl.constexpr, TAIL: gl.constexpr):
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     it = 0
-    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
-        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
+    for unit in range(gl.program_id(0), _units(num_pid_m, num_pid_n, tail_at, tail_split, SPLIT_K, TAIL), NUM_SMS):
+        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split, GROUP_M,
+                                               SPLIT_K, TAIL)
         off_m = pid_m * BM
         off_n = pid_n * BN
         for ki in range(k_lo, k_hi):
@@ -153,17 +185,12 @@ def _activation(x, ACT: gl.constexpr):
 
 
 @gluon.jit
-def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_m, off_n, M, N, alpha, beta,
-              layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, HAS_BETA: gl.constexpr,
-              ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr,
-              SPLIT_ROWS: gl.constexpr):
-    """act(alpha * out (+ beta * C) (+ bias)) in fp32, through c_smem and a TMA store left in flight.
-    C and the bias are read with masked loads (beta == 0: C is never read). EPI_SPLIT = 2 stores
-    the tile in two halves, along M where SPLIT_ROWS, else along N."""
+def _finish(out, offs_m, offs_n, c_ptr, stride_cm, bias_ptr, stride_bias, M, N, alpha, beta,
+            HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr):
+    """act(alpha * out (+ beta * C) (+ bias)) in fp32 for the rows ``offs_m`` and columns ``offs_n``
+    of C. C and the bias are read with masked loads (beta == 0: C is never read)."""
     if not ALPHA_ONE:
         out = out * alpha
-    offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-    offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
     if HAS_BETA:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         old = gl.load(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], mask=mask, other=0.0)
@@ -174,7 +201,20 @@ def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_
     elif BIAS == 2:   # one value per row
         row = gl.load(bias_ptr + offs_m * stride_bias, mask=offs_m < M, other=0.0)
         out = out + row.to(gl.float32)[:, None]
-    out = _activation(out, ACT)
+    return _activation(out, ACT)
+
+
+@gluon.jit
+def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_m, off_n, M, N, alpha, beta,
+              layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, HAS_BETA: gl.constexpr,
+              ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr,
+              SPLIT_ROWS: gl.constexpr):
+    """act(alpha * out (+ beta * C) (+ bias)) in fp32 (``_finish``), through c_smem and a TMA store left
+    in flight. EPI_SPLIT = 2 stores the tile in two halves, along M where SPLIT_ROWS, else along N."""
+    offs_m = off_m + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    offs_n = off_n + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+    out = _finish(out, offs_m, offs_n, c_ptr, stride_cm, bias_ptr, stride_bias, M, N, alpha, beta,
+                  HAS_BETA, ALPHA_ONE, BIAS, ACT)
     if EPI_SPLIT == 1:
         tma.store_wait(pendings=0)      # the previous tile's store has read c_smem
         c_smem.store(out.to(c_desc.dtype))
@@ -197,12 +237,53 @@ def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_
 
 
 @gluon.jit
+def _tail_unit(acc, v, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, bias_ptr, stride_bias, off_m, off_n, M, N,
+               alpha, beta, layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, HAS_BETA: gl.constexpr,
+               ALPHA_ONE: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr):
+    """Split unit ``v`` of the last wave's tiles (``_unit``, TAIL): its fp32 partial goes to workspace slot
+    v; once all ``tail_split`` units of the tile have counted themselves in (they run in the same,
+    last, round of the persistent grid, so the wait is short), each adds up its own share of the
+    tile's rows from every partial and stores it -- the fix-up shared out, not left to one unit. The
+    second count resets the tile's counter for the next launch."""
+    t = v // tail_split
+    s = v % tail_split
+    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+    gl.store(ws_ptr + v.to(gl.int64) * (BM * BN) + rows[:, None] * BN + cols[None, :], acc)
+    _cta_barrier()
+    seen = gl.atomic_add(cnt_ptr + t, 1, sem="acq_rel", scope="gpu") + 1
+    while seen < tail_split:
+        seen = gl.atomic_add(cnt_ptr + t, 0, sem="acquire", scope="gpu")
+    _cta_barrier()
+    R: gl.constexpr = BM // TAIL_CHUNKS
+    sl: gl.constexpr = _slice_layout(BN, NUM_WARPS)
+    r = gl.arange(0, R, layout=gl.SliceLayout(1, sl))
+    cn = gl.arange(0, BN, layout=gl.SliceLayout(0, sl))
+    per = TAIL_CHUNKS // tail_split
+    first = (t * tail_split).to(gl.int64) * (BM * BN)
+    for chunk in range(s * per, s * per + per):
+        at = (chunk * R + r)[:, None] * BN + cn[None, :]
+        out = gl.zeros((R, BN), dtype=gl.float32, layout=sl)
+        for j in range(tail_split):
+            out += gl.load(ws_ptr + first + j * (BM * BN) + at, cache_modifier=".cg")
+        offs_m = off_m + chunk * R + r
+        offs_n = off_n + cn
+        out = _finish(out, offs_m, offs_n, c_ptr, stride_cm, bias_ptr, stride_bias, M, N, alpha, beta,
+                      HAS_BETA, ALPHA_ONE, BIAS, ACT)
+        gl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], out.to(c_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    _cta_barrier()
+    if gl.atomic_add(cnt_ptr + t, 1, sem="relaxed", scope="gpu") == 2 * tail_split - 1:
+        gl.atomic_xchg(cnt_ptr + t, 0, sem="relaxed", scope="gpu")
+
+
+@gluon.jit
 def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bias_ptr, stride_bias, ws_ptr, cnt_ptr,
-              M, N, K, alpha, beta,
+              M, N, K, tail_at, tail_split, alpha, beta,
               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
               A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
               HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr,
-              BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr):
+              TAIL: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr):
     MODE: gl.constexpr = _operand_mode(a_bufs.dtype, A_T, B_T)
     if MODE == 2:   # the accumulator holds the tile transposed, (BN, BM)
         mma_layout: gl.constexpr = _acc_layout(a_bufs.dtype, BM, NUM_WARPS)
@@ -213,8 +294,9 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
     it = 0
-    for unit in range(gl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, NUM_SMS):
-        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, GROUP_M, SPLIT_K)
+    for unit in range(gl.program_id(0), _units(num_pid_m, num_pid_n, tail_at, tail_split, SPLIT_K, TAIL), NUM_SMS):
+        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split, GROUP_M,
+                                               SPLIT_K, TAIL)
         if MODE == 2:
             acc = gl.zeros((BN, BM), dtype=gl.float32, layout=mma_layout)
         else:
@@ -271,7 +353,15 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
             acc = acc.permute((1, 0))      # back to (BM, BN): a transposed view of the registers
         layout: gl.constexpr = acc.type.layout
 
-        if SPLIT_K == 1:
+        if TAIL:
+            if unit < tail_at:
+                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN,
+                          M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
+            else:
+                _tail_unit(acc, unit - tail_at, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, bias_ptr, stride_bias,
+                           pid_m * BM, pid_n * BN, M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, BIAS, ACT,
+                           NUM_WARPS)
+        elif SPLIT_K == 1:
             _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN, M, N,
                       alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
         else:
@@ -299,10 +389,10 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
 # reads the operands), so one compiled kernel serves every size of a config
 @gluon.jit(do_not_specialize=["M", "N", "K"])
 def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_bias, ws_ptr, cnt_ptr, M, N, K,
-                    alpha, beta,
+                    tail_at, tail_split, alpha, beta,
                     STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr,
                     NUM_SMS: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
-                    EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, LOADER_REGS: gl.constexpr,
+                    EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, TAIL: gl.constexpr, LOADER_REGS: gl.constexpr,
                     BIAS: gl.constexpr, ACT: gl.constexpr, num_warps: gl.constexpr):
     # the output staging tile is half the tile where EPI_SPLIT = 2: along M in operand mode 2, else along N
     ROWS: gl.constexpr = _operand_mode(a_desc.dtype, A_T, B_T) == 2
@@ -321,10 +411,10 @@ def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_b
 
     gl.warp_specialize([
         (_consumer, (c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bias_ptr, stride_bias,
-                     ws_ptr, cnt_ptr, M, N, K, alpha, beta, BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS,
-                     HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, BIAS, ACT, num_warps)),
-        (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K,
-                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K)),
+                     ws_ptr, cnt_ptr, M, N, K, tail_at, tail_split, alpha, beta, BM, BN, BK, STAGES, A_T, B_T,
+                     GROUP_M, NUM_SMS, HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, TAIL, BIAS, ACT, num_warps)),
+        (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, tail_at, tail_split,
+                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K, TAIL)),
     ], [1], [LOADER_REGS])
 
     for i in gl.static_range(STAGES):
