@@ -94,6 +94,12 @@ def tail_plan(tiles: int, k_steps: int, sms: int) -> tuple[int, int]:
     return (tiles - rem, split) if split > 1 else (tiles, 1)
 
 
+def _units(tiles: int, k_steps: int, sms: int, split: int, tail: int) -> tuple[int, int, int]:
+    """(tail_at, tail_split, work units) of a launch: SPLIT_K units a tile, or TAIL's split of the last wave."""
+    tail_at, tail_split = tail_plan(tiles, k_steps, sms) if tail else (tiles, 1)
+    return tail_at, tail_split, (tail_at + (tiles - tail_at) * tail_split if tail_split > 1 else tiles * split)
+
+
 # 16-bit: 128x256 with two consumer warpgroups (the tutorials' best Hopper tile; EPI_SPLIT=2 halves
 # the output staging so a 4th stage fits), 64-row tiles with one warpgroup for few rows, smaller
 # tiles for products with few tiles. tf32: 4-byte operands, half the K per stage; split-K (SPLIT_K
@@ -212,14 +218,10 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     M, N = a.shape[0], b.shape[1]
     tiles = cdiv(M, bm) * cdiv(N, bn)
     split, epi = config.get("SPLIT_K", 1), config.get("EPI_SPLIT", 1)
-    if config.get("TAIL"):
-        tail_at, tail_split = tail_plan(tiles, cdiv(a.shape[1], bk), num_sms)
-        units = tail_at + (tiles - tail_at) * tail_split
-        tail = {"tail_at": tail_at, "tail_split": tail_split, "grid": min(num_sms, units),
-                "workspace": (units - tail_at) * bm * bn if tail_split > 1 else 0,
-                "counters": tiles - tail_at if tail_split > 1 else 0}
-    else:
-        tail = {"tail_at": tiles, "tail_split": 1}
+    tail_at, tail_split, units = _units(tiles, cdiv(a.shape[1], bk), num_sms, split, config.get("TAIL", 0))
+    tail = {"tail_at": tail_at, "tail_split": tail_split}
+    if tail_split > 1:      # TAIL: the last wave's tiles split along K, their partials and counters
+        tail.update(grid=min(num_sms, units), workspace=(units - tail_at) * bm * bn, counters=tiles - tail_at)
     return {
         "a": (a.t() if a_t else a, [bk, bm] if a_t else [bm, bk]),
         "b": (b.t() if b_t else b, [bn, bk] if b_t else [bk, bn]),
@@ -230,7 +232,7 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
         "grid": min(num_sms, tiles * split),
         # split-K: one fp32 partial tile per unit, one arrival counter per tile
         "workspace": tiles * split * bm * bn if split > 1 else 0, "counters": tiles if split > 1 else 0,
-        **tail,     # TAIL: the last wave's tiles split along K (tail_plan), their partials and counters
+        **tail,
     }
 
 
@@ -369,14 +371,13 @@ class _Bound:
         eb = self.desc(1, pb, (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1), dev)
         ec = self.desc(2, pc, (M, N), (sc[0], 1), dev)
         tiles = cdiv(M, self.bm) * cdiv(N, self.bn)
-        tail_at, tail_split = tail_plan(tiles, cdiv(K, self.bk), self.sms) if self.tail else (tiles, 1)
+        tail_at, tail_split, units = _units(tiles, cdiv(K, self.bk), self.sms, self.split, self.tail)
         if tail_split > 1:
-            units = tail_at + (tiles - tail_at) * tail_split
             ws, cnt = _scratch(dev, tiles - tail_at, (units - tail_at) * self.bm * self.bn, stream)
+        elif self.split > 1:
+            ws, cnt = _scratch(dev, tiles, units * self.bm * self.bn, stream)
         else:
-            units = tiles * self.split
-            ws, cnt = _scratch(dev, tiles, units * self.bm * self.bn, stream) if self.split > 1 else \
-                (_SCRATCH.get(dev) or _scratch(dev, 0, 0))
+            ws, cnt = _SCRATCH.get(dev) or _scratch(dev, 0, 0)
         self.launch(min(self.sms, units), 1, 1, stream, self.function, self.coop, self.pdl,
                     None, None, self.packed, None, None, None, *ea, *eb, *ec, pc, sc[0], pbias, sbias,
                     ws.data_ptr(), cnt.data_ptr(), M, N, K, tail_at, tail_split, alpha, beta, *self.consts)
