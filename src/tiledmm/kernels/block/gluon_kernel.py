@@ -237,6 +237,19 @@ def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_
 
 
 @gluon.jit
+def _leave_partial(acc, ws_ptr, slot, cnt_ptr, counter, layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
+    """A split unit's fp32 partial ``acc`` into workspace slot ``slot``, then its arrival on ``counter``
+    (acquire-release: the partials of the units counted before are visible). Returns the count before
+    and the tile's element offsets in ``layout``."""
+    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+    offs = rows[:, None] * BN + cols[None, :]
+    gl.store(ws_ptr + slot.to(gl.int64) * (BM * BN) + offs, acc)
+    _cta_barrier()
+    return gl.atomic_add(cnt_ptr + counter, 1, sem="acq_rel", scope="gpu"), offs
+
+
+@gluon.jit
 def _tail_unit(acc, v, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, bias_ptr, stride_bias, off_m, off_n, M, N,
                alpha, beta, layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, HAS_BETA: gl.constexpr,
                ALPHA_ONE: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr):
@@ -247,11 +260,8 @@ def _tail_unit(acc, v, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, bias_ptr, 
     second count resets the tile's counter for the next launch."""
     t = v // tail_split
     s = v % tail_split
-    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-    gl.store(ws_ptr + v.to(gl.int64) * (BM * BN) + rows[:, None] * BN + cols[None, :], acc)
-    _cta_barrier()
-    seen = gl.atomic_add(cnt_ptr + t, 1, sem="acq_rel", scope="gpu") + 1
+    seen, _ = _leave_partial(acc, ws_ptr, v, cnt_ptr, t, layout, BM, BN)
+    seen += 1
     while seen < tail_split:
         seen = gl.atomic_add(cnt_ptr + t, 0, sem="acquire", scope="gpu")
     _cta_barrier()
@@ -368,12 +378,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
             # split-K in one kernel: every unit leaves its fp32 partial in the workspace and counts
             # itself in on the tile's counter; the last to arrive adds the others' partials, resets
             # the counter for the next launch and runs the epilogue
-            rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-            cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-            offs = rows[:, None] * BN + cols[None, :]
-            gl.store(ws_ptr + unit.to(gl.int64) * (BM * BN) + offs, acc)
-            _cta_barrier()
-            arrived = gl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            arrived, offs = _leave_partial(acc, ws_ptr, unit, cnt_ptr, tile, layout, BM, BN)
             if arrived == SPLIT_K - 1:
                 for j in gl.static_range(SPLIT_K):
                     other = tile * SPLIT_K + j
