@@ -3,6 +3,7 @@
 (issue 24 item 4). H100 only; run on the GPU image:
 
     PYTHONPATH=src python3 scripts/bench_gluon_pick.py [--dtypes bf16,fp16,tf32] [--shapes 4096x4096x4096,...]
+        [--suites llm,square,...] [--row-major-b]
 
 Per shape (MxKxN, A row-major; tf32 with B column-major, the only tf32 layout gluon-ws takes) and
 dtype, eager calls as a user makes them (default settings, TILEDMM_TUNE unset, a fresh tiledmm cache):
@@ -11,7 +12,9 @@ the default pick (which variant the plan bound), the same call forced to ``gluon
 ``tiledmm.timing.time_calls`` (CUDA events around queued calls, inputs rotated, median of batches).
 Prints ms and x torch per column, then each column's GPU and host microseconds per call apart
 (``timing.device_and_host``): a column whose host time exceeds its GPU time is launch-bound; and the
-wall time a call of the pick and of torch with a kept ``out=`` (the bench's way; ``timing.wall_us_per_call``).
+wall time a call of the pick and of torch with a kept ``out=`` (the bench's way; ``timing.wall_us_per_call``);
+and how the pick was chosen (source: store, timed, table or model; variant; tile). ``--suites``: the bench
+suites' 2-D shapes; ``--row-major-b``: tf32 with B as stored (the bench's layout), not K-major.
 """
 from __future__ import annotations
 
@@ -36,13 +39,13 @@ SHAPES = ["4096x4096x4096", "8192x8192x8192", "512x4096x14336", "512x4096x4096",
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
 
 
-def _inputs(M, K, N, dtype, n):
+def _inputs(M, K, N, dtype, n, kmajor_tf32=True):
     sets = []
     for i in range(n):
         g = torch.Generator(device="cuda").manual_seed(i)
         a = torch.randn(M, K, device="cuda", generator=g).to(dtype)
         b = torch.randn(K, N, device="cuda", generator=g).to(dtype)
-        if dtype == torch.float32:
+        if dtype == torch.float32 and kmajor_tf32:
             b = b.t().contiguous().t()     # column-major B (K-major): wgmma's tf32 rule
         sets.append((a, b))
     return sets
@@ -52,7 +55,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default="bf16,fp16,tf32")
     ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--suites", default=None, help="the bench suites' 2-D shapes instead of --shapes (e.g. llm,square)")
+    ap.add_argument("--row-major-b", action="store_true", help="tf32 with B row-major too (the bench's layout)")
     args = ap.parse_args()
+    if args.suites:
+        from tiledmm.bench import SUITES
+        args.shapes = ",".join(dict.fromkeys(f"{m}x{k}x{n}" for s in args.suites.split(",")
+                                             for (m, k, n, *rest) in SUITES[s] if not rest))
     if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
         print("needs a Hopper GPU (sm_90)", file=sys.stderr)
         return 2
@@ -65,7 +74,8 @@ def main() -> int:
         torch.backends.cuda.matmul.allow_tf32 = dname == "tf32"
         for s in args.shapes.split(","):
             M, K, N = map(int, s.split("x"))
-            sets = _inputs(M, K, N, dtype, harness.rotation_for((M, K, N), str(dtype).replace("torch.", "")))
+            sets = _inputs(M, K, N, dtype, harness.rotation_for((M, K, N), str(dtype).replace("torch.", "")),
+                           not args.row_major_b)
             a0, b0 = sets[0]
             ref = a0.double() @ b0.double()
             row, gpu = {}, {}
@@ -88,6 +98,12 @@ def main() -> int:
             c = torch.empty(M, N, device="cuda", dtype=dtype)
             plan = bm._plans.get(bm.plan_key(a0, b0, c, prec or "none", 1.0, 0.0))
             picked = {v.launch: v.name for v in V.ALL}.get(getattr(plan, "func", None), "?")
+            ch = bm.choices().get(bm.plan_key(a0, b0, c, prec or "none", 1.0, 0.0), {})
+            cfg = ch.get("config") or {}
+            how_chosen = f"{ch.get('source')}:{ch.get('variant')}:" + "x".join(
+                str(cfg[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in cfg) + (
+                f"s{cfg['num_stages']}" if "num_stages" in cfg else "") + ("t" if cfg.get("TAIL") else "") + (
+                f"k{cfg['SPLIT_K']}" if cfg.get("SPLIT_K", 1) > 1 else "")
             t_torch = timing.time_calls([lambda a=a, b=b: torch.matmul(a, b) for a, b in sets])
             cells = []
             for label in ("pick", "gluon", "tma"):
@@ -108,7 +124,7 @@ def main() -> int:
             w_torch = timing.wall_us_per_call(lambda: torch.matmul(a0, b0, out=o))
             split = " ".join(f"{label}:{1e3 * gpu[label][0]:.1f}/{1e3 * gpu[label][1]:.1f}" for label in gpu)
             print(f"{dname:5} {s:16} {picked:16} {cells[0]} {cells[1]} {cells[2]} {t_torch:9.4f}", flush=True)
-            print(f"      GPU/host us per call: {split} torch:{1e3 * t_gpu:.1f}/{1e3 * t_host:.1f}; short path: {how}; "
+            print(f"      chosen {how_chosen}; GPU/host us per call: {split} torch:{1e3 * t_gpu:.1f}/{1e3 * t_host:.1f}; short path: {how}; "
                   f"wall us a call with out=: pick {w_pick:.1f}, torch {w_torch:.1f}",
                   flush=True)
     return 0
