@@ -256,3 +256,51 @@ def test_shipped_tables_name_runnable_choices():
             offered = v.configs(kind) + (v.few_rows(kind) if v.few_rows else [])
             cfg = e["config"]
             assert cfg in offered or ("BLOCK_M" in cfg and H.smem_bytes(cfg, 2, 2, v.traits.tma_store) <= 232448), e
+
+
+def _as(v: V.Variant, name: str, copies=None) -> V.Variant:
+    """Variant ``v`` under another name (and with ``copies`` bytes a call where given)."""
+    import dataclasses
+    traits = v.traits if copies is None else dataclasses.replace(v.traits, copies=lambda *a: copies)
+    return dataclasses.replace(v, name=name, traits=traits)
+
+
+@pytest.mark.parametrize("copied", [0, 4096])
+def test_a_tma_copy_entry_with_nothing_to_copy_runs_tma(fresh, monkeypatch, copied):
+    """tma-copy on operands it need not copy is the tma kernel with an unbound host path (H100: 48-140 us
+    a call): the table's tma-copy entry is taken as tma, same config, where tma runs the call; an entry
+    whose call does copy stays tma-copy."""
+    blocked = V.BY_NAME["blocked"]
+    fakes = {"tma-copy": _as(blocked, "tma-copy", copies=copied), "tma": _as(blocked, "tma")}
+    monkeypatch.setattr(V, "ALL", [fakes.get(v.name, v) for v in V.ALL])
+    a, b, c = _call(45, 21, 70)
+    model, other = _other_than_model(a, b, c)
+    key = bm.plan_key(a, b, c, "ieee", 1.0, 0.0)
+    layout, cls = shipped.split_key(key)
+    p = properties(0)
+    shipped.write(fresh / f"{shipped.slug(p.name)}.json", p.name, p.num_sms,
+                  [shipped.entry(layout, cls, "tma-copy", other, 1.0, "model", 2.0, rotated=True)], {"test": True})
+    ch = _chosen(a, b, c)
+    assert ch["source"] == "table" and ch["config"] == other
+    assert ch["variant"] == ("tma" if copied == 0 else "tma-copy"), ch
+
+
+def test_large_16bit_calls_that_the_gluon_kernel_takes_are_its_own(fresh):
+    """``_gluon_owns``: a 16-bit, unbatched call of M >= GLUON_OWNS_FROM_M and M*N*K >= GLUON_OWNS_FROM_MACS
+    with a Gluon candidate is the model's -- the Gluon kernel, its own config -- and the shipped table is not
+    asked; fewer rows, less work, tf32, a batch or no Gluon candidate leave the choice to the table and the
+    model."""
+    a, b, c = _call(45, 21, 70)
+    dev = bm.device(None)
+    gl = H.Candidate("gluon-ws:x", dict(C.EMULATION_CHOICES[0]), V.GLUON.traits, 0, V.GLUON, True)
+    other = H.Candidate("blocked:y", dict(C.EMULATION_CHOICES[1]), V.BY_NAME["blocked"].traits, 0,
+                        V.BY_NAME["blocked"], True)
+    opts = {gl.name: gl, other.name: other}
+    p = H.Problem(bm.GLUON_OWNS_FROM_M, 2 ** 13, bm.GLUON_OWNS_FROM_MACS // bm.GLUON_OWNS_FROM_M // 2 ** 13)
+    assert bm._gluon_owns(p, opts, dev) == gl.name
+    assert bm.untimed_choices(None, a, b, c, "none", 1.0, 0.0, p, dict(opts)) == (gl.name, None)
+    import dataclasses
+    for q in (dataclasses.replace(p, M=bm.GLUON_OWNS_FROM_M - 1), dataclasses.replace(p, kind="tf32", esize=4),
+              dataclasses.replace(p, batch=2), dataclasses.replace(p, K=p.K - 1)):
+        assert bm._gluon_owns(q, opts, dev) is None, q
+    assert bm._gluon_owns(p, {other.name: other}, dev) is None

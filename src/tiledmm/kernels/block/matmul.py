@@ -236,6 +236,9 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
     runnable = {v.name: v for v in _runnable(a, b, c, precision, alpha, beta, p.batch)}
     for e in shipped.nearest(table, key, esize=a.element_size(), l2_bytes=props.l2_bytes or 50 * 2 ** 20):
         v = runnable.get(e["variant"])
+        if e["variant"] == "tma-copy" and v is not None and v.traits.copies(a, b, c, precision) == 0 \
+                and "tma" in runnable:
+            v = runnable["tma"]     # tma-copy with nothing to copy: the same kernel, whose repeat calls are bound
         if v is None or dev.capability < v.traits.capability or v.traits.compiles_per_process:
             continue
         if v.traits.own_config_by_shape:      # the table's variant, its own model's config for this call
@@ -252,10 +255,35 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
     return None
 
 
+# 16-bit products the Gluon kernel takes, of at least GLUON_OWNS_FROM_M rows and GLUON_OWNS_FROM_MACS
+# multiply-adds, are its own: the model's pick is the Gluon kernel with its own config, over the shipped
+# table. The table's 16-bit entries were timed before the kernel's tail split, and where they name a
+# Triton-level variant there it ran at 0.86-0.93x torch on shapes the Gluon kernel ran at 0.97-1.08x
+# (8192^3, 3000x2000x4000, 2048x11008x4096; H100, session 13, docs/performance.md). Below either bound the
+# table stands: at 32-48 rows its few-row kernels ran the random-M loop at 0.90-0.92x torch against the
+# Gluon kernel's 0.60-0.62x, and products of a few microseconds are host-bound, where the table's timings
+# (which count host time) are the better guide.
+GLUON_OWNS_FROM_M = 64
+GLUON_OWNS_FROM_MACS = 2 ** 32
+
+
+def _gluon_owns(p: H.Problem, options: dict, dev) -> str | None:
+    """The Gluon kernel's candidate where the call is one of its own (see GLUON_OWNS_FROM_M), else None."""
+    if p.kind != "16bit" or p.batch != 1 or p.M < GLUON_OWNS_FROM_M or p.M * p.N * p.K < GLUON_OWNS_FROM_MACS:
+        return None
+    own = [cd for cd in options.values() if cd.variant is not None and cd.variant.name == "gluon-ws"]
+    return H.pick(own, p, dev).name if own else None
+
+
 def untimed_choices(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, options: dict) -> tuple:
     """(the model's pick, the shipped table's pick or None) among ``options`` (the table's may be added to
-    them): without a stored or timed choice, the table's is taken, else the model's."""
-    pick = H.pick(list(options.values()), p, device(index_of(c))).name
+    them): without a stored or timed choice, the table's is taken, else the model's. A 16-bit call the
+    Gluon kernel owns (``_gluon_owns``) is the model's: the Gluon kernel, no table pick."""
+    dev = device(index_of(c))
+    owned = _gluon_owns(p, options, dev)
+    if owned is not None:
+        return owned, None
+    pick = H.pick(list(options.values()), p, dev).name
     return pick, _shipped_pick(key, a, b, c, precision, alpha, beta, p, options)
 
 
