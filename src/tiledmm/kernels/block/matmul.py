@@ -25,6 +25,7 @@ from ...timing import device_and_host
 from . import configs as C
 from . import heuristics as H
 from . import shipped
+from . import tma_copy
 from . import variants as V
 from ._vcommon import device, index_of, kind_of
 
@@ -236,15 +237,15 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
     runnable = {v.name: v for v in _runnable(a, b, c, precision, alpha, beta, p.batch)}
     for e in shipped.nearest(table, key, esize=a.element_size(), l2_bytes=props.l2_bytes or 50 * 2 ** 20):
         v = runnable.get(e["variant"])
-        if e["variant"] == "tma-copy" and v is not None and v.traits.copies(a, b, c, precision) == 0 \
-                and "tma" in runnable:
-            v = runnable["tma"]     # tma-copy with nothing to copy: the same kernel, whose repeat calls are bound
+        if e["variant"] == tma_copy.NAME and v is not None and v.traits.copies(a, b, c, precision) == 0 \
+                and V.TMA.name in runnable:
+            v = runnable[V.TMA.name]    # tma-copy with nothing to copy: the same kernel, whose repeat calls are bound
         if v is None or dev.capability < v.traits.capability or v.traits.compiles_per_process:
             continue
         if v.traits.own_config_by_shape:      # the table's variant, its own model's config for this call
-            own = [cd for cd in options.values() if cd.variant is not None and cd.variant.name == v.name]
+            own = _own_pick(options, v.name, p, dev)
             if own:
-                return H.pick(own, p, dev).name
+                return own
         cfg = e["config"]
         if "BLOCK_M" in cfg and not C.fitting([cfg], a.element_size(), c.element_size(), v.traits.tma_store, dev.smem):
             continue
@@ -271,7 +272,12 @@ def _gluon_owns(p: H.Problem, options: dict, dev) -> str | None:
     """The Gluon kernel's candidate where the call is one of its own (see GLUON_OWNS_FROM_M), else None."""
     if p.kind != "16bit" or p.batch != 1 or p.M < GLUON_OWNS_FROM_M or p.M * p.N * p.K < GLUON_OWNS_FROM_MACS:
         return None
-    own = [cd for cd in options.values() if cd.variant is not None and cd.variant.name == "gluon-ws"]
+    return _own_pick(options, V.GLUON.name, p, dev)
+
+
+def _own_pick(options: dict, variant: str, p: H.Problem, dev) -> str | None:
+    """The model's pick among ``variant``'s candidates in ``options``, or None where it has none."""
+    own = [cd for cd in options.values() if cd.variant is not None and cd.variant.name == variant]
     return H.pick(own, p, dev).name if own else None
 
 
