@@ -13,7 +13,7 @@ the default pick (which variant the plan bound), the same call forced to ``gluon
 Prints ms and x torch per column, then each column's GPU and host microseconds per call apart
 (``timing.device_and_host``): a column whose host time exceeds its GPU time is launch-bound; and the
 wall time a call of the pick and of torch with a kept ``out=`` (the bench's way; ``timing.wall_us_per_call``);
-and how the pick was chosen (source: store, timed, table or model; variant; tile). ``--suites``: the bench
+and how the pick was chosen (``bench_loop_m.choice_label``: variant, tile, extras, source). ``--suites``: the bench
 suites' 2-D shapes; ``--row-major-b``: tf32 with B as stored (the bench's layout), not K-major.
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ from tiledmm import api, harness, timing  # noqa: E402
 from tiledmm.kernels.block import shortpath  # noqa: E402
 from tiledmm.kernels.block import matmul as bm  # noqa: E402
 from tiledmm.kernels.block import variants as V  # noqa: E402
+from bench_loop_m import choice_label  # noqa: E402  (scripts/, on sys.path when run as a script)
 
 SHAPES = ["4096x4096x4096", "8192x8192x8192", "512x4096x14336", "512x4096x4096", "64x4096x4096",
           "1000x1000x1000", "5000x5000x5000", "5056x5056x5056"]
@@ -99,11 +100,7 @@ def main() -> int:
             plan = bm._plans.get(bm.plan_key(a0, b0, c, prec or "none", 1.0, 0.0))
             picked = {v.launch: v.name for v in V.ALL}.get(getattr(plan, "func", None), "?")
             ch = bm.choices().get(bm.plan_key(a0, b0, c, prec or "none", 1.0, 0.0), {})
-            cfg = ch.get("config") or {}
-            how_chosen = f"{ch.get('source')}:{ch.get('variant')}:" + "x".join(
-                str(cfg[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in cfg) + (
-                f"s{cfg['num_stages']}" if "num_stages" in cfg else "") + ("t" if cfg.get("TAIL") else "") + (
-                f"k{cfg['SPLIT_K']}" if cfg.get("SPLIT_K", 1) > 1 else "")
+            how_chosen = choice_label(ch)
             t_torch = timing.time_calls([lambda a=a, b=b: torch.matmul(a, b) for a, b in sets])
             cells = []
             for label in ("pick", "gluon", "tma"):

@@ -24,15 +24,17 @@ GRID = (1, 3, 8, 16, 17, 32, 48, 64, 65, 96, 128, 160, 192, 256, 300, 384, 448, 
         1024, 1100, 1280, 1408, 1536, 1664, 1792, 1920, 2048)
 
 
+def choice_label(ch: dict) -> str:
+    """One recorded choice (``matmul.choices()``' value) as "variant:BMxBNxBK:extras:source"."""
+    cfg = ch.get("config") or {}
+    short = "x".join(str(cfg[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in cfg)
+    extra = ",".join(f"{k}{v}" for k, v in cfg.items() if k in ("SPLIT_K", "TAIL", "num_stages", "num_warps"))
+    return f"{ch.get('variant')}:{short}:{extra}:{ch.get('source')}"
+
+
 def _choice_names(dispatcher) -> dict:
-    """Plan key -> "variant:BMxBNxBK:extras:source" of every resolved plan."""
-    out = {}
-    for key, ch in dispatcher.choices().items():
-        cfg = ch["config"] or {}
-        short = "x".join(str(cfg[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in cfg)
-        extra = ",".join(f"{k}{v}" for k, v in cfg.items() if k in ("SPLIT_K", "TAIL", "num_stages", "num_warps"))
-        out[key] = f"{ch['variant']}:{short}:{extra}:{ch['source']}"
-    return out
+    """Plan key -> ``choice_label`` of every resolved plan."""
+    return {key: choice_label(ch) for key, ch in dispatcher.choices().items()}
 
 
 def run(dtype: str, k: int, top: int, calls: int, seed: int) -> list[dict]:

@@ -71,10 +71,15 @@ def _chosen_timed(a, b, c):
         tuning.set_mode("off")
 
 
+def _altered(v: V.Variant, traits: dict | None = None, **changes) -> V.Variant:
+    """A copy of variant ``v`` with ``changes`` (name, ...) and its traits changed by ``traits``."""
+    import dataclasses
+    return dataclasses.replace(v, traits=dataclasses.replace(v.traits, **(traits or {})), **changes)
+
+
 def _compiled_per_process(v: V.Variant, **changes) -> V.Variant:
     """A copy of variant ``v`` whose kernels compile anew in every process (as rung 11's)."""
-    import dataclasses
-    return dataclasses.replace(v, traits=dataclasses.replace(v.traits, compiles_per_process=True), **changes)
+    return _altered(v, {"compiles_per_process": True}, **changes)
 
 
 def _chosen(a, b, c):
@@ -258,20 +263,14 @@ def test_shipped_tables_name_runnable_choices():
             assert cfg in offered or ("BLOCK_M" in cfg and H.smem_bytes(cfg, 2, 2, v.traits.tma_store) <= 232448), e
 
 
-def _as(v: V.Variant, name: str, copies=None) -> V.Variant:
-    """Variant ``v`` under another name (and with ``copies`` bytes a call where given)."""
-    import dataclasses
-    traits = v.traits if copies is None else dataclasses.replace(v.traits, copies=lambda *a: copies)
-    return dataclasses.replace(v, name=name, traits=traits)
-
-
 @pytest.mark.parametrize("copied", [0, 4096])
 def test_a_tma_copy_entry_with_nothing_to_copy_runs_tma(fresh, monkeypatch, copied):
     """tma-copy on operands it need not copy is the tma kernel with an unbound host path (H100: 48-140 us
     a call): the table's tma-copy entry is taken as tma, same config, where tma runs the call; an entry
     whose call does copy stays tma-copy."""
     blocked = V.BY_NAME["blocked"]
-    fakes = {"tma-copy": _as(blocked, "tma-copy", copies=copied), "tma": _as(blocked, "tma")}
+    fakes = {"tma-copy": _altered(blocked, {"copies": lambda *a: copied}, name="tma-copy"),
+             "tma": _altered(blocked, name="tma")}
     monkeypatch.setattr(V, "ALL", [fakes.get(v.name, v) for v in V.ALL])
     a, b, c = _call(45, 21, 70)
     model, other = _other_than_model(a, b, c)
