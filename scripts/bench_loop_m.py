@@ -25,11 +25,13 @@ GRID = (1, 3, 8, 16, 17, 32, 48, 64, 65, 96, 128, 160, 192, 256, 300, 384, 448, 
 
 
 def choice_label(ch: dict) -> str:
-    """One recorded choice (``matmul.choices()``' value) as "variant:BMxBNxBK:extras:source"."""
+    """One recorded choice (``matmul.choices()``' value) as "variant:BMxBNxBK:extras:source"; "+size" after
+    the source where the variant takes its own model's config for each call's size (the one shown is the
+    class's first call's)."""
     cfg = ch.get("config") or {}
     short = "x".join(str(cfg[k]) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K") if k in cfg)
     extra = ",".join(f"{k}{v}" for k, v in cfg.items() if k in ("SPLIT_K", "TAIL", "num_stages", "num_warps"))
-    return f"{ch.get('variant')}:{short}:{extra}:{ch.get('source')}"
+    return f"{ch.get('variant')}:{short}:{extra}:{ch.get('source')}{'+size' if ch.get('by_shape') else ''}"
 
 
 def _choice_names(dispatcher) -> dict:

@@ -141,6 +141,75 @@ def test_the_class_launch_takes_the_bound_specialisation_for_any_size_of_the_cla
     assert G.class_launch(a, b, c, 1.0, 0.0, precision="none", config=CFG) is None
 
 
+def test_a_class_launch_without_a_config_takes_the_models_config_for_each_size(monkeypatch):
+    """The dispatcher's untimed plans bind no config (matmul._resolve, ``by_shape``): the class launch then
+    runs each call with the model's config for that call's own size. 256x5120x5120 and 256x4096x4096 share a
+    short-path class but not a config (128x128 and 64x128): the second size's first call returns False (its
+    config is not bound yet), the variant's launch -- picking the same -- binds it, and from then on each
+    size launches its own specialisation through the class launch."""
+    from tiledmm.kernels.block import fastlaunch
+    f = _Fake(monkeypatch)
+
+    def env(x, y, z):
+        return fastlaunch.env(x.shape, y.shape, x.stride(), y.stride(), z.stride(), x.data_ptr(), y.data_ptr(),
+                              z.data_ptr(), 1.0, 0.0)
+    big, small = (256, 5120, 5120), (256, 4096, 4096)
+    tiles = {s: (G.heuristic(*s, "16bit")["BLOCK_M"], G.heuristic(*s, "16bit")["BLOCK_N"]) for s in (big, small)}
+    assert tiles[big] == (128, 128) and tiles[small] == (64, 128)
+    mats = {s: _lazy(*s) for s in (big, small)}
+    a, b, c = mats[big]
+    G.launch(a, b, c, precision="none")
+    cls = G.class_launch(a, b, c, 1.0, 0.0, precision="none")
+    assert isinstance(cls, G._ClassLaunch) and len(f.public) == 1
+    assert cls(5, env(a, b, c)) is True and f.c[-1][0] == 2 * 40    # 128x128 tiles of 256x5120
+    a2, b2, c2 = mats[small]
+    assert cls(5, env(a2, b2, c2)) is False and len(f.c) == 1      # 64x128 is not bound yet: nothing launched
+    G.launch(a2, b2, c2, precision="none")                        # the variant's launch binds it
+    assert len(f.public) == 2 and f.public[-1][3]["BLOCK_M"] == 64
+    assert cls(5, env(a2, b2, c2)) is True and f.c[-1][0] == 4 * 32   # its own tiles: 64x128 of 256x4096
+    assert cls(5, env(a, b, c)) is True and f.c[-1][0] == 2 * 40
+    # with a config (a stored or timed choice) the class keeps it for every size
+    fixed = G.class_launch(a, b, c, 1.0, 0.0, precision="none", config=G.heuristic(*big, "16bit"))
+    assert fixed.by_shape is None and fixed(5, env(a2, b2, c2)) is True and f.c[-1][0] == 2 * 32
+
+
+def test_a_class_launch_repeats_a_calls_arguments_but_not_a_split_launchs(monkeypatch):
+    """The same call values again: the kept arguments (no descriptor looked up, the same C-launch arguments
+    on the call's stream); a TAIL launch that splits its last wave takes a fresh workspace every call."""
+    from tiledmm.kernels.block import fastlaunch
+    f = _Fake(monkeypatch)
+
+    def env(x, y, z):
+        return fastlaunch.env(x.shape, y.shape, x.stride(), y.stride(), z.stride(), x.data_ptr(), y.data_ptr(),
+                              z.data_ptr(), 1.0, 0.0)
+    a, b, c = _lazy(300, 520, 264)
+    G.launch(a, b, c, precision="none", config=CFG)
+    cls = G.class_launch(a, b, c, 1.0, 0.0, precision="none", config=CFG)
+    assert cls(5, env(a, b, c)) is True and len(cls.ready) == 1
+    calls = []
+    monkeypatch.setattr(G._Bound, "desc", lambda *x: calls.append(x))    # a lookup now would fail the test
+    assert cls(6, env(a, b, c)) is True and not calls
+    assert f.c[-1][3] == 6 and f.c[-1][4:] == f.c[-2][4:] and f.c[-1][:3] == f.c[-2][:3]
+    monkeypatch.undo()
+
+    f = _Fake(monkeypatch)
+    tail = G._c(128, 256, 64, 8, 4, group=16, epi=2, tail=1)
+    a, b, c = _lazy(600, 4096, 4096)        # 80 tiles of 128x256 on 132 SMs: no split; 1100 rows: 144, split
+    a2, b2, c2 = _lazy(1100, 4096, 4096)
+    for x, y, z in ((a, b, c), (a2, b2, c2)):
+        G.launch(x, y, z, precision="none", config=tail)
+    cls = G.class_launch(a2, b2, c2, 1.0, 0.0, precision="none", config=tail)
+    for _ in range(2):
+        assert cls(7, env(a2, b2, c2)) is True and cls(7, env(a, b, c)) is True
+    assert list(cls.ready) == [env(a, b, c)]
+    assert f.c[-2][32] != f.c[-4][32]           # the split launches' workspaces: fresh each call
+
+
+def _lazy(M, N, K):
+    """(a, b, c) of these sizes in bf16 without filling them (the fake launches read only shapes and pointers)."""
+    return torch.empty(M, K, dtype=BF16), torch.empty(K, N, dtype=BF16), torch.empty(M, N, dtype=BF16)
+
+
 def test_fastlaunch_bind_takes_a_variants_own_class_launch():
     from tiledmm.kernels.block import fastlaunch
     ran, made = [], object()

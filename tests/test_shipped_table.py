@@ -182,13 +182,32 @@ def test_a_variant_that_models_its_own_config_takes_it_for_the_call_the_table_na
     a, b, c = _call(45, 21, 70)
     model, other = _other_than_model(a, b, c)
     _write_table(fresh, a, b, c, other)
-    import dataclasses
-    own = [dataclasses.replace(v, traits=dataclasses.replace(v.traits, own_config_by_shape=True))
-           if v.name == "blocked" else v for v in V.ALL]
+    got = []
+
+    def launch(a, b, c, *, config, **kw):      # such a variant's launch picks its own config where given none
+        got.append(config)
+        V.BLOCKED.launch(a, b, c, config=config or model.config, **kw)
+    own = [_altered(v, {"own_config_by_shape": True}, launch=launch) if v.name == "blocked" else v for v in V.ALL]
     monkeypatch.setattr(V, "ALL", own)
     ch = _chosen(a, b, c)
     assert ch["source"] == "table" and ch["variant"] == "blocked" and ch["config"] == model.config != other, ch
+    # untimed: the plan binds no config, the variant's model takes each call's own size
+    assert ch["by_shape"] is True and got == [None]
     assert V.GLUON.traits.own_config_by_shape
+
+
+def test_a_variant_that_models_its_own_config_keeps_a_timed_config(fresh, monkeypatch):
+    """A stored or timed choice of such a variant is bound with its config (not the model's per call)."""
+    a, b, c = _call(45, 21, 70)
+    got = []
+
+    def launch(a, b, c, *, config, **kw):
+        got.append(config)
+        V.BLOCKED.launch(a, b, c, config=config, **kw)
+    monkeypatch.setattr(V, "ALL", [_altered(V.BLOCKED, {"own_config_by_shape": True}, launch=launch)])
+    ch = _chosen_timed(a, b, c)
+    assert ch["source"] == "timed" and ch["variant"] == "blocked" and ch["by_shape"] is False
+    assert got[-1] == ch["config"] and None not in got
 
 
 def test_entries_timed_on_one_operand_set_count_only_where_l2_cannot_hold_them():

@@ -367,6 +367,14 @@ class _Bound:
 
     def go(self, stream: int, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta,
            dev) -> None:
+        grid, args = self.args(pa, pb, pc, M, N, K, sa, sb, sc, pbias, sbias, alpha, beta, dev, stream)
+        self.launch(grid, 1, 1, stream, *args)
+
+    def args(self, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta, dev,
+             stream: int | None = None) -> tuple:
+        """(grid, the C launch's arguments after the stream) of one call. A split launch (SPLIT_K, or TAIL
+        with a partial wave to split) takes a fresh workspace and ``stream``'s counters; the others' arguments
+        depend on nothing but the call's values (a class launch may keep them: ``_ClassLaunch``)."""
         ea = self.desc(0, pa, (K, M) if self.a_t else (M, K), (sa[1] if self.a_t else sa[0], 1), dev)
         eb = self.desc(1, pb, (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1), dev)
         ec = self.desc(2, pc, (M, N), (sc[0], 1), dev)
@@ -378,9 +386,18 @@ class _Bound:
             ws, cnt = _scratch(dev, tiles, units * self.bm * self.bn, stream)
         else:
             ws, cnt = _SCRATCH.get(dev) or _scratch(dev, 0, 0)
-        self.launch(min(self.sms, units), 1, 1, stream, self.function, self.coop, self.pdl,
-                    None, None, self.packed, None, None, None, *ea, *eb, *ec, pc, sc[0], pbias, sbias,
-                    ws.data_ptr(), cnt.data_ptr(), M, N, K, tail_at, tail_split, alpha, beta, *self.consts)
+        return min(self.sms, units), (self.function, self.coop, self.pdl, None, None, self.packed, None, None, None,
+                                      *ea, *eb, *ec, pc, sc[0], pbias, sbias, ws.data_ptr(), cnt.data_ptr(),
+                                      M, N, K, tail_at, tail_split, alpha, beta, *self.consts)
+
+    def splits(self, M: int, N: int, K: int) -> bool:
+        """Whether a launch of these sizes is a split one (a fresh workspace, the stream's counters)."""
+        return self.split > 1 or bool(self.tail) and \
+            tail_plan(cdiv(M, self.bm) * cdiv(N, self.bn), cdiv(K, self.bk), self.sms)[1] > 1
+
+
+MAX_SHAPES = 4096        # sizes a by-shape class launch remembers (then it starts again)
+MAX_READY = 1024         # calls' launch arguments a class launch keeps (then it starts again)
 
 
 class _ClassLaunch:
@@ -389,28 +406,66 @@ class _ClassLaunch:
     a plain product (no bias or activation) whose sizes, strides and pointers come from each call.
     Returns False, launching nothing, where the call is not this specialisation's (another layout,
     a C row stride Triton would specialise otherwise, a batch, sizes past 32 bits): the caller then
-    runs the variant, which binds that one. Immutable."""
+    runs the variant, which binds that one.
+
+    ``by_shape`` (where the class's config is the kernel's own model's, not a stored or timed one):
+    each call's config is the model's for its own M, N and K (``heuristic``: a class spans up to 2x in
+    each), remembered per size; a config not yet bound there returns False too, and the variant's
+    launch (which then picks the same) binds it. An unsplit launch's arguments are kept per call values
+    (``env``): a repeat of those values goes straight to the C launch."""
 
     def __init__(self, bound: _Bound, a_t: bool, b_t: bool, c_key: int, flags: tuple, dev: int,
-                 specs: tuple = ()):
+                 specs: tuple = (), by_shape: tuple | None = None):
         self.bound, self.a, self.b, self.c_key, self.flags, self.dev = bound, "t" if a_t else "n", \
             "t" if b_t else "n", c_key, flags, dev
         self.specs = specs      # a TAIL config's two specialisations: (split, plain twin)
+        self.by_shape = by_shape    # (kind, output element size, reg, the specs' part after the config)
+        self.sizes: dict = {}       # by_shape: (M, N, K) -> its _Bound
+        self.ready: dict = {}       # env -> (C launch, grid, arguments) of an unsplit launch made before
 
     def __call__(self, stream: int, env: tuple) -> bool:
+        ready = self.ready.get(env)
+        if ready is not None:       # these very values launched before: the same arguments
+            ready[0](ready[1], 1, 1, stream, *ready[2])
+            return True
         pa, pb, pc, M, N, K, _, sam, sak, _, sbk, sbn, _, scm, scn, alpha, beta, batch = env
         if batch != 1 or scn != 1 or _int_key(scm) != self.c_key or (beta != 0.0, alpha == 1.0) != self.flags \
                 or max(M, N, K) >= 2 ** 31 or _order_of((M, K), (sam, sak)) != self.a \
                 or _order_of((K, N), (sbk, sbn)) != self.b:
             return False
-        bound = self.bound
-        if len(self.specs) == 2:     # a TAIL config: the call's wave decides which build runs (_plain_unless_split)
-            split = tail_plan(cdiv(M, bound.bm) * cdiv(N, bound.bn), cdiv(K, bound.bk), bound.sms)[1] > 1
-            bound = _bound.get(self.specs[0 if split else 1])
-            if not isinstance(bound, _Bound):
-                return False        # that build's first call: the variant's launch binds it
-        bound.go(stream, pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta, self.dev)
+        if self.by_shape is not None:
+            bound = self.sizes.get((M, N, K)) or self._sized(M, N, K)
+            if bound is None:
+                return False        # that config's first call here: the variant's launch binds it
+        else:
+            bound = self.bound
+            if len(self.specs) == 2:     # a TAIL config: the call's wave decides which build runs (_plain_unless_split)
+                split = tail_plan(cdiv(M, bound.bm) * cdiv(N, bound.bn), cdiv(K, bound.bk), bound.sms)[1] > 1
+                bound = _bound.get(self.specs[0 if split else 1])
+                if not isinstance(bound, _Bound):
+                    return False        # that build's first call: the variant's launch binds it
+        grid, args = bound.args(pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta, self.dev,
+                                stream)
+        if not bound.splits(M, N, K):      # (a split launch's workspace is fresh each call)
+            if len(self.ready) >= MAX_READY:
+                self.ready = {}
+            self.ready[env] = (bound.launch, grid, args)
+        bound.launch(grid, 1, 1, stream, *args)
         return True
+
+    def _sized(self, M: int, N: int, K: int) -> _Bound | None:
+        """The bound specialisation of the model's config for (M, N, K) -- what ``launch`` picks for it
+        (``_full_config``, ``_plain_unless_split``) -- remembered; None where it is not bound yet."""
+        kind, out_esize, reg, rest = self.by_shape
+        sms = self.bound.sms
+        config = _plain_unless_split(_pick(M, N, K, kind, sms, out_esize, reg), M, N, K, sms)
+        bound = _bound.get((tuple(config.items()), *rest))
+        if not isinstance(bound, _Bound):
+            return None
+        if len(self.sizes) >= MAX_SHAPES:
+            self.sizes = {}
+        self.sizes[(M, N, K)] = bound
+        return bound
 
 
 def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: tuple) -> None:
@@ -498,11 +553,14 @@ def _spec(config, a, c, bias, bias_mode, act, alpha, beta, a_t, b_t, stride_cm, 
 def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     """After a plain launch of (a, b, c) (no bias or activation): its bound specialisation as a
     class launch for the short path (``_ClassLaunch``), or None where it was not bound (Gluon's own
-    launcher, an undecided adapter)."""
+    launcher, an undecided adapter). Without a ``config`` (the dispatcher's plan leaves it to this
+    kernel's model) the class launch takes the model's config for each call's own size."""
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
-    config = _full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0)
+    reg = operand_mode(a, b) != 0
+    by_shape = not config
+    config = _full_config(config, M, N, K, a, c, sms, reg)
     alpha, beta = float(alpha), float(beta)
     a_t, b_t = _order(a) == "t", _order(b) == "t"
     dev = c.get_device()
@@ -511,7 +569,9 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     bound = _bound.get(specs[0] if _plain_unless_split(config, M, N, K, sms) is config else specs[-1])
     if not isinstance(bound, _Bound):
         return None
-    return _ClassLaunch(bound, a_t, b_t, _int_key(c.stride(0)), (beta != 0.0, alpha == 1.0), dev, tuple(specs))
+    shape = (_DTYPES[str(a.dtype)], c.element_size(), reg, specs[0][1:]) if by_shape else None
+    return _ClassLaunch(bound, a_t, b_t, _int_key(c.stride(0)), (beta != 0.0, alpha == 1.0), dev, tuple(specs),
+                        shape)
 
 
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, bias_mode=0, act="none") -> None:

@@ -77,7 +77,9 @@ class Traits:
         accepts a wait), the store and a forced ``variant=`` still may.
     own_config_by_shape: its config is its own model's for the call's size (it offers the dispatcher
         one config, the one its model picks): where the shipped table names the variant, that config
-        is taken, not the one the table recorded at its class's representative size."""
+        is taken, not the one the table recorded at its class's representative size; and where the
+        choice is untimed (the model's or the table's), each call takes its model's config for the
+        call's own size (the plan binds no config)."""
     persistent: bool = False
     tma_store: bool = False
     split: Callable[..., tuple] | None = None

@@ -337,11 +337,16 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
                          timeable=not capturing)
     source = "store" if stored == name else ("timed" if tuning.timings(tkey) and tuning.lookup(tkey) == name
                                              else ("table" if name == table_pick else "model"))
-    fn = _bind(options[name].variant, precision, options[name].config)
+    chosen = options[name]
+    # the variant's own model's config (not a stored or timed one): the variant takes its model's config
+    # for each call's own size (the class's was the model's at the class's least M and the first call's
+    # N and K; a class spans up to 2x in each)
+    by_shape = source in ("model", "table") and chosen.variant.traits.own_config_by_shape
+    fn = _bind(chosen.variant, precision, None if by_shape else chosen.config)
     if not capturing or tuning.lookup(tkey) is not None:
         _plans[key] = fn
-        _choices[key] = {"source": source, "variant": options[name].variant.name, "config": options[name].config,
-                         "model": pick, "tuning_key": tkey}
+        _choices[key] = {"source": source, "variant": chosen.variant.name, "config": chosen.config,
+                         "model": pick, "tuning_key": tkey, "by_shape": by_shape}
         if source == "timed":
             d = _default_eligible(options, tuning.timings(tkey) or {}, name)
             _choices[key]["default"] = {"name": d, "variant": options[d].variant.name, "config": options[d].config}
