@@ -367,14 +367,14 @@ class _Bound:
 
     def go(self, stream: int, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta,
            dev) -> None:
-        grid, args = self.args(pa, pb, pc, M, N, K, sa, sb, sc, pbias, sbias, alpha, beta, dev, stream)
+        grid, args, _ = self.args(pa, pb, pc, M, N, K, sa, sb, sc, pbias, sbias, alpha, beta, dev, stream)
         self.launch(grid, 1, 1, stream, *args)
 
     def args(self, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta, dev,
              stream: int | None = None) -> tuple:
-        """(grid, the C launch's arguments after the stream) of one call. A split launch (SPLIT_K, or TAIL
-        with a partial wave to split) takes a fresh workspace and ``stream``'s counters; the others' arguments
-        depend on nothing but the call's values (a class launch may keep them: ``_ClassLaunch``)."""
+        """(grid, the C launch's arguments after the stream, whether it splits) of one call. A split launch
+        (SPLIT_K, or TAIL with a partial wave to split) takes a fresh workspace and ``stream``'s counters; the
+        others' arguments depend on nothing but the call's values (a class launch may keep them: ``_ClassLaunch``)."""
         ea = self.desc(0, pa, (K, M) if self.a_t else (M, K), (sa[1] if self.a_t else sa[0], 1), dev)
         eb = self.desc(1, pb, (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1), dev)
         ec = self.desc(2, pc, (M, N), (sc[0], 1), dev)
@@ -388,12 +388,8 @@ class _Bound:
             ws, cnt = _SCRATCH.get(dev) or _scratch(dev, 0, 0)
         return min(self.sms, units), (self.function, self.coop, self.pdl, None, None, self.packed, None, None, None,
                                       *ea, *eb, *ec, pc, sc[0], pbias, sbias, ws.data_ptr(), cnt.data_ptr(),
-                                      M, N, K, tail_at, tail_split, alpha, beta, *self.consts)
-
-    def splits(self, M: int, N: int, K: int) -> bool:
-        """Whether a launch of these sizes is a split one (a fresh workspace, the stream's counters)."""
-        return self.split > 1 or bool(self.tail) and \
-            tail_plan(cdiv(M, self.bm) * cdiv(N, self.bn), cdiv(K, self.bk), self.sms)[1] > 1
+                                      M, N, K, tail_at, tail_split, alpha, beta, *self.consts), \
+            tail_split > 1 or self.split > 1
 
 
 MAX_SHAPES = 4096        # sizes a by-shape class launch remembers (then it starts again)
@@ -444,9 +440,9 @@ class _ClassLaunch:
                 bound = _bound.get(self.specs[0 if split else 1])
                 if not isinstance(bound, _Bound):
                     return False        # that build's first call: the variant's launch binds it
-        grid, args = bound.args(pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta, self.dev,
-                                stream)
-        if not bound.splits(M, N, K):      # (a split launch's workspace is fresh each call)
+        grid, args, split = bound.args(pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta,
+                                       self.dev, stream)
+        if not split:      # (a split launch's workspace is fresh each call)
             if len(self.ready) >= MAX_READY:
                 self.ready = {}
             self.ready[env] = (bound.launch, grid, args)
@@ -569,9 +565,9 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     bound = _bound.get(specs[0] if _plain_unless_split(config, M, N, K, sms) is config else specs[-1])
     if not isinstance(bound, _Bound):
         return None
-    shape = (_DTYPES[str(a.dtype)], c.element_size(), reg, specs[0][1:]) if by_shape else None
+    sized = (_DTYPES[str(a.dtype)], c.element_size(), reg, specs[0][1:]) if by_shape else None
     return _ClassLaunch(bound, a_t, b_t, _int_key(c.stride(0)), (beta != 0.0, alpha == 1.0), dev, tuple(specs),
-                        shape)
+                        sized)
 
 
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, bias_mode=0, act="none") -> None:
