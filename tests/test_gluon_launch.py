@@ -82,6 +82,12 @@ class _Fake:
 CFG = G._c(64, 128, 64, 4, 6)
 
 
+def _env(x, y, z, alpha=1.0, beta=0.0):
+    """The class launch's ``env`` of a call on (x, y, z) (fastlaunch's own)."""
+    from tiledmm.kernels.block import fastlaunch
+    return fastlaunch._env(x, y, z, alpha, beta)
+
+
 def test_repeat_calls_take_the_c_launch_with_kept_descriptors(monkeypatch):
     f = _Fake(monkeypatch)
     a, b, c = _mats(300, 520, 264)
@@ -114,27 +120,23 @@ def test_the_class_launch_takes_the_bound_specialisation_for_any_size_of_the_cla
     launch, a call of another size with the same layout goes straight to the C launch on the stream it
     is given (no Gluon launcher, no new specialisation); another layout, a C row stride Triton
     specialises otherwise, a batch or different alpha/beta flags launch nothing (False)."""
-    from tiledmm.kernels.block import fastlaunch
     f = _Fake(monkeypatch)
     a, b, c = _mats(300, 520, 264)
     G.launch(a, b, c, precision="none", config=CFG)
     cls = G.class_launch(a, b, c, 1.0, 0.0, precision="none", config=CFG)
     assert isinstance(cls, G._ClassLaunch) and len(f.public) == 1 and not f.c
 
-    def env(x, y, z, alpha=1.0, beta=0.0):
-        return fastlaunch.env(x.shape, y.shape, x.stride(), y.stride(), z.stride(), x.data_ptr(), y.data_ptr(),
-                              z.data_ptr(), alpha, beta)
     a2, _, c2 = _mats(77, 520, 264)
-    assert cls(99, env(a2, b, c2)) is True
+    assert cls(99, _env(a2, b, c2)) is True
     args = f.c[-1]
     assert args[0] == -(-77 // 64) * -(-520 // 128) and args[3] == 99 and args[34:37] == (77, 520, 264)
     assert args[13:16] == (("map", 0, a2.data_ptr()), 77, 264) and args[28] == c2.data_ptr()
     assert len(f.public) == 1 and len(G._bound) == 1
     at, _, _ = _mats(77, 520, 264, a_t=True)
     wide = torch.empty(77, 528, dtype=BF16)[:, :520]      # row stride 528 (a multiple of 16) where 520 is not
-    assert cls(99, env(at, b, c2)) is False and cls(99, env(a2, b, wide)) is False
-    assert cls(99, env(a2, b, c2, alpha=2.0)) is False and cls(99, env(a2, b, c2, beta=1.0)) is False
-    assert cls(99, env(a2, b, c2)[:-1] + (2,)) is False
+    assert cls(99, _env(at, b, c2)) is False and cls(99, _env(a2, b, wide)) is False
+    assert cls(99, _env(a2, b, c2, alpha=2.0)) is False and cls(99, _env(a2, b, c2, beta=1.0)) is False
+    assert cls(99, _env(a2, b, c2)[:-1] + (2,)) is False
     assert len(f.c) == 1
     # not bound (Gluon's launcher for good): no class launch
     G._bound[next(iter(G._bound))] = G._PUBLIC
@@ -147,12 +149,8 @@ def test_a_class_launch_without_a_config_takes_the_models_config_for_each_size(m
     short-path class but not a config (128x128 and 64x128): the second size's first call returns False (its
     config is not bound yet), the variant's launch -- picking the same -- binds it, and from then on each
     size launches its own specialisation through the class launch."""
-    from tiledmm.kernels.block import fastlaunch
     f = _Fake(monkeypatch)
 
-    def env(x, y, z):
-        return fastlaunch.env(x.shape, y.shape, x.stride(), y.stride(), z.stride(), x.data_ptr(), y.data_ptr(),
-                              z.data_ptr(), 1.0, 0.0)
     big, small = (256, 5120, 5120), (256, 4096, 4096)
     tiles = {s: (G.heuristic(*s, "16bit")["BLOCK_M"], G.heuristic(*s, "16bit")["BLOCK_N"]) for s in (big, small)}
     assert tiles[big] == (128, 128) and tiles[small] == (64, 128)
@@ -161,34 +159,30 @@ def test_a_class_launch_without_a_config_takes_the_models_config_for_each_size(m
     G.launch(a, b, c, precision="none")
     cls = G.class_launch(a, b, c, 1.0, 0.0, precision="none")
     assert isinstance(cls, G._ClassLaunch) and len(f.public) == 1
-    assert cls(5, env(a, b, c)) is True and f.c[-1][0] == 2 * 40    # 128x128 tiles of 256x5120
+    assert cls(5, _env(a, b, c)) is True and f.c[-1][0] == 2 * 40    # 128x128 tiles of 256x5120
     a2, b2, c2 = mats[small]
-    assert cls(5, env(a2, b2, c2)) is False and len(f.c) == 1      # 64x128 is not bound yet: nothing launched
+    assert cls(5, _env(a2, b2, c2)) is False and len(f.c) == 1      # 64x128 is not bound yet: nothing launched
     G.launch(a2, b2, c2, precision="none")                        # the variant's launch binds it
     assert len(f.public) == 2 and f.public[-1][3]["BLOCK_M"] == 64
-    assert cls(5, env(a2, b2, c2)) is True and f.c[-1][0] == 4 * 32   # its own tiles: 64x128 of 256x4096
-    assert cls(5, env(a, b, c)) is True and f.c[-1][0] == 2 * 40
+    assert cls(5, _env(a2, b2, c2)) is True and f.c[-1][0] == 4 * 32   # its own tiles: 64x128 of 256x4096
+    assert cls(5, _env(a, b, c)) is True and f.c[-1][0] == 2 * 40
     # with a config (a stored or timed choice) the class keeps it for every size
     fixed = G.class_launch(a, b, c, 1.0, 0.0, precision="none", config=G.heuristic(*big, "16bit"))
-    assert fixed.by_shape is None and fixed(5, env(a2, b2, c2)) is True and f.c[-1][0] == 2 * 32
+    assert fixed.by_shape is None and fixed(5, _env(a2, b2, c2)) is True and f.c[-1][0] == 2 * 32
 
 
 def test_a_class_launch_repeats_a_calls_arguments_but_not_a_split_launchs(monkeypatch):
     """The same call values again: the kept arguments (no descriptor looked up, the same C-launch arguments
     on the call's stream); a TAIL launch that splits its last wave takes a fresh workspace every call."""
-    from tiledmm.kernels.block import fastlaunch
     f = _Fake(monkeypatch)
 
-    def env(x, y, z):
-        return fastlaunch.env(x.shape, y.shape, x.stride(), y.stride(), z.stride(), x.data_ptr(), y.data_ptr(),
-                              z.data_ptr(), 1.0, 0.0)
     a, b, c = _lazy(300, 520, 264)
     G.launch(a, b, c, precision="none", config=CFG)
     cls = G.class_launch(a, b, c, 1.0, 0.0, precision="none", config=CFG)
-    assert cls(5, env(a, b, c)) is True and len(cls.ready) == 1
+    assert cls(5, _env(a, b, c)) is True and len(cls.ready) == 1
     calls = []
     monkeypatch.setattr(G._Bound, "desc", lambda *x: calls.append(x))    # a lookup now would fail the test
-    assert cls(6, env(a, b, c)) is True and not calls
+    assert cls(6, _env(a, b, c)) is True and not calls
     assert f.c[-1][3] == 6 and f.c[-1][4:] == f.c[-2][4:] and f.c[-1][:3] == f.c[-2][:3]
     monkeypatch.undo()
 
@@ -200,8 +194,8 @@ def test_a_class_launch_repeats_a_calls_arguments_but_not_a_split_launchs(monkey
         G.launch(x, y, z, precision="none", config=tail)
     cls = G.class_launch(a2, b2, c2, 1.0, 0.0, precision="none", config=tail)
     for _ in range(2):
-        assert cls(7, env(a2, b2, c2)) is True and cls(7, env(a, b, c)) is True
-    assert list(cls.ready) == [env(a, b, c)]
+        assert cls(7, _env(a2, b2, c2)) is True and cls(7, _env(a, b, c)) is True
+    assert list(cls.ready) == [_env(a, b, c)]
     assert f.c[-2][32] != f.c[-4][32]           # the split launches' workspaces: fresh each call
 
 
