@@ -16,6 +16,7 @@ import threading
 import pytest
 import torch
 
+from tiledmm import TiledmmError
 from tiledmm.kernels.block import gluon_gemm as G
 
 from .references import activation64
@@ -33,7 +34,16 @@ def _mats(M, N, K, dtype=BF16, a_t=False, b_t=False, device="cpu"):
 # -- applicability: every refusal is one line naming what is wrong ----------------------------------
 
 @pytest.mark.parametrize("case, expect", [
-    (lambda: (torch.randn(2, 8, 8).to(BF16), torch.randn(8, 8).to(BF16), torch.empty(2, 8, 8, dtype=BF16)), "2-D only"),
+    (lambda: (torch.randn(2, 2, 8, 8).to(BF16), torch.randn(8, 8).to(BF16), torch.empty(2, 2, 8, 8, dtype=BF16)),
+     "batched 3-D only"),
+    (lambda: (torch.randn(2, 8, 64).to(BF16), torch.randn(64, 64).to(BF16), torch.empty(2, 8, 64, dtype=BF16)),
+     "M a multiple of 64"),
+    (lambda: (torch.randn(2, 64, 72).to(BF16), torch.randn(2, 72, 64).to(BF16), torch.empty(2, 64, 64, dtype=BF16)),
+     "K of 64"),
+    (lambda: (torch.randn(64, 2, 64).to(BF16).permute(1, 0, 2), torch.randn(64, 64).to(BF16),
+              torch.empty(2, 64, 64, dtype=BF16)), "batch stride of one matrix"),
+    (lambda: (torch.randn(2, 64, 64).to(BF16), torch.randn(64, 64).to(BF16),
+              torch.empty(2, 64, 64, dtype=BF16).transpose(1, 2)), "strides"),
     (lambda: (torch.randn(8, 8).to(BF16), torch.randn(8, 8).to(FP16), torch.empty(8, 8, dtype=BF16)), "dtypes"),
     (lambda: (torch.randn(8, 8, dtype=torch.float64), torch.randn(8, 8, dtype=torch.float64),
               torch.empty(8, 8, dtype=torch.float64)), "dtypes"),
@@ -207,7 +217,8 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False, bias=0, act=
     sig = {"a_desc": descs[0].__mangle__(), "b_desc": descs[1].__mangle__(), "c_desc": descs[2].__mangle__(),
            "c_ptr": ptr, "stride_cm": "i32", "bias_ptr": ptr, "stride_bias": "i32",
            "ws_ptr": "*fp32", "cnt_ptr": "*i32",
-           "M": "i32", "N": "i32", "K": "i32", "tail_at": "i32", "tail_split": "i32", "alpha": "fp32", "beta": "fp32"}
+           "M": "i32", "N": "i32", "K": "i32", "batch": "i32", "a_step": "i32", "b_step": "i32", "c_step": "i32",
+           "tail_at": "i32", "tail_split": "i32", "alpha": "fp32", "beta": "fp32"}
     const = dict(STAGES=cfg["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
                  HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"],
                  TAIL=cfg.get("TAIL", 0), LOADER_REGS=G.LOADER_REGS, BIAS=bias, ACT=act, num_warps=cfg["num_warps"])
@@ -240,7 +251,8 @@ def test_compiles_to_warp_specialised_wgmma(cfg, dtype, a_t, b_t, mma):
     first = re.search(r"wgmma\.mma_async[^;]*?\}\s*,\s*(\{|%rd)", ptx).group(1)
     assert (first == "{") == (dtype == FP32 and (a_t or not b_t)), first
     assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.mbarrier", ptx)   # TMA loads
-    assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx                          # TMA store
+    # TMA store; a split-K build's tiles all leave through the fix-up's masked stores (_sum_partials)
+    assert ("cp.async.bulk.tensor.2d.global.shared::cta" in ptx) == (cfg["SPLIT_K"] == 1)
     # register reallocation: the loader warp is set to LOADER_REGS, the consumers take more
     assert re.search(rf"setmaxnreg\.\w+\.sync\.aligned\.u32\s+{G.LOADER_REGS}\b", ptx)
     assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+2[0-9]{2}\b", ptx)
@@ -343,6 +355,84 @@ def test_gpu_split_k(dtype, cfg):
         _check(512, 1024, 2048, dtype, cfg, b_t=b_t)
     _check(200, 264, 72, dtype, cfg, b_t=b_t)
     _check(333, 264, 1000, dtype, cfg, b_t=b_t, alpha=0.5, beta=2.0)
+
+
+def _batch(B, M, N, K, dtype, a_t=False, b_t=False, a_shared=False, b_shared=False, device="cpu"):
+    """A batch's operands: each 3-D (B products) in the layout asked for, or 2-D (``*_shared``: one matrix
+    for every product); c (B, M, N)."""
+    def one(rows, cols, t, shared):
+        shape = (cols, rows) if t else (rows, cols)
+        x = torch.randn(*(shape if shared else (B, *shape)), device=device).to(dtype)
+        return x.transpose(-1, -2) if t else x
+    return one(M, K, a_t, a_shared), one(K, N, b_t, b_shared), torch.empty(B, M, N, device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("a_t, b_t", [(False, False), (True, True), (False, True)])
+@pytest.mark.parametrize("a_shared, b_shared", [(False, False), (True, False), (False, True)])
+def test_descriptor_plan_of_a_batch_stacks_each_operand(a_t, b_t, a_shared, b_shared):
+    """A batch of 3 products 128x64 @ 64x192: each 3-D operand as one 2-D view of its memory with the
+    products one under another (a transposed one: their transposes), the row step between them; a 2-D
+    operand is every product's (step 0); the tiles and units count every product's."""
+    B, M, N, K = 3, 128, 192, 64
+    a, b, c = _batch(B, M, N, K, BF16, a_t, b_t, a_shared, b_shared)
+    cfg = G._c(64, 64, 64, 4, 8)
+    plan = G.descriptor_plan(a, b, c, cfg)
+    assert plan["batch"] == B and plan["MNK"] == (M, N, K) and plan["tiles"] == B * 2 * 3
+    assert plan["grid"] == B * 6
+    ta, tb, tc = plan["a"][0], plan["b"][0], plan["c"][0]
+    assert plan["steps"] == (0 if a_shared else (K if a_t else M), 0 if b_shared else (N if b_t else K), M)
+    assert tc.shape == (B * M, N) and tc.data_ptr() == c.data_ptr()
+    for t, x, step, shared, tr in ((ta, a, plan["steps"][0], a_shared, a_t), (tb, b, plan["steps"][1], b_shared, b_t)):
+        assert t.stride(1) == 1 and t.data_ptr() == x.data_ptr()
+        for p in range(1 if shared else B):       # product p's matrix (or its transpose) at rows p * step
+            want = (x if shared else x[p])
+            want = want.t() if tr else want
+            assert torch.equal(t[p * step:p * step + want.shape[0]], want)
+
+
+def test_heuristic_of_a_batch_keeps_tiles_inside_each_product():
+    """M = 192: no 128-row tile fits a product of the batch; the model counts every product's tiles."""
+    cfg = G.heuristic(192, 512, 512, "16bit", batch=64)
+    assert cfg["BLOCK_M"] == 64 and G.batch_fits(cfg, 192, 512)
+    assert G.heuristic(512, 512, 512, "tf32", batch=64, reg=True)["SPLIT_K"] == 1
+    one = G.heuristic(512, 512, 512, "16bit")
+    assert one["BLOCK_M"] * one["BLOCK_N"] < 128 * 256      # 1 product: 16 tiles of 128x128 or smaller
+    assert G.heuristic(512, 512, 512, "16bit", batch=64)["BLOCK_M"] == 128    # 64 of them: whole waves
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, a_t, b_t", [(BF16, False, False), (BF16, True, True), (FP16, False, True),
+                                             (FP32, False, False), (FP32, False, True), (FP32, True, True)])
+@pytest.mark.parametrize("a_shared, b_shared", [(False, False), (True, False), (False, True)])
+def test_gpu_batch_in_one_launch(dtype, a_t, b_t, a_shared, b_shared):
+    """Every product of a batch against float64 (NaN-poisoned output, inputs untouched), the model's config
+    and a 64-row one; alpha and beta; a batch where M is not a tile multiple is refused in one line."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    prec = "tf32" if dtype == FP32 else "none"
+    for B, M, N, K, cfg, alpha, beta in ((5, 256, 200, 320, None, 1.0, 0.0), (3, 128, 520, 192,
+                                         G._c(64, 128, 64 if dtype != FP32 else 32, 4, 6), 0.5, 2.0)):
+        a, b, c = _batch(B, M, N, K, dtype, a_t, b_t, a_shared, b_shared, device="cuda")
+        if beta:
+            c.copy_(torch.randn(B, M, N, device="cuda"))
+        else:
+            c.fill_(float("nan"))
+        c0, a0, b0 = c.clone(), a.clone(), b.clone()
+        assert G.applicable(a, b, c, prec, alpha, beta), G.why_not(a, b, c, prec, alpha, beta)
+        outs = [c, c0.clone()]
+        for o in outs:          # the first launch binds, the second takes the bound C launch
+            G.launch(a, b, o, precision=prec, alpha=alpha, beta=beta, config=cfg)
+        torch.cuda.synchronize()
+        assert torch.equal(a, a0) and torch.equal(b, b0)
+        ref = alpha * (a.double() @ b.double()) + (beta * c0.double() if beta else 0)
+        for o in outs:
+            assert not torch.isnan(o).any()
+            for p in range(B):
+                err = ((o[p].double() - ref[p]).norm() / ref[p].norm()).item()
+                assert err < {BF16: 1e-2, FP16: 2e-3, FP32: 2e-3}[dtype], (p, err)
+    a, b, c = _batch(2, 96, 64, 64, dtype, a_t, b_t, device="cuda")
+    with pytest.raises(TiledmmError, match="multiple of BLOCK_M"):
+        G.launch(a, b, c, precision=prec, config=G._c(128, 64, 64 if dtype != FP32 else 32, 4, 4))
 
 
 @pytest.mark.gpu

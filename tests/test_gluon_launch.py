@@ -102,9 +102,10 @@ def test_repeat_calls_take_the_c_launch_with_kept_descriptors(monkeypatch):
     assert da == (("map", 0, a.data_ptr()), 300, 264, 264, 1) and db == (("map", 1, b.data_ptr()), 264, 520, 520, 1)
     assert dc == (("map", 2, c.data_ptr()), 300, 520, 520, 1)
     ws, cnt = G._SCRATCH[-1]
-    assert args[28:41] == (c.data_ptr(), 520, c.data_ptr(), 0, ws.data_ptr(), cnt.data_ptr(), 300, 520, 264,
-                           tiles, 1, 1.0, 0.0)                # tail_at = every tile, tail_split 1: nothing split
-    assert args[41:] == (6, False, False, 8, 132, False, True, 1, 1, 0, G.LOADER_REGS, 0, "none", 4)
+    assert args[28:45] == (c.data_ptr(), 520, c.data_ptr(), 0, ws.data_ptr(), cnt.data_ptr(), 300, 520, 264,
+                           1, 0, 0, 0,                    # one product: no batch steps
+                           tiles, 1, 1.0, 0.0)            # tail_at = every tile, tail_split 1: nothing split
+    assert args[45:] == (6, False, False, 8, 132, False, True, 1, 1, 0, G.LOADER_REGS, 0, "none", 4)
     G.launch(a, b, c, precision="none", config=CFG)
     assert len(f.expanded) == 3 and f.c[1] == f.c[0]      # same tensors: no descriptor filled again
     a2 = a.clone()
@@ -224,7 +225,7 @@ def test_transposed_operands_are_described_by_their_transposes(monkeypatch):
     args = f.c[0]
     assert args[13:18] == (("map", 0, a.data_ptr()), 264, 300, 300, 1)       # A^T: (K, M), row stride M
     assert args[18:23] == (("map", 1, b.data_ptr()), 520, 264, 264, 1)       # B^T: (N, K)
-    assert args[41:44] == (6, True, True)
+    assert args[45:48] == (6, True, True)
 
 
 def test_what_triton_compiles_separately_is_bound_separately(monkeypatch):
@@ -244,7 +245,7 @@ def test_what_triton_compiles_separately_is_bound_separately(monkeypatch):
         kw = {k: (v * 3 if k in ("alpha", "beta") else v) for k, v in kw.items()}
         G.launch(kw.pop("a"), kw.pop("b"), kw.pop("c"), precision="none", **kw)
     assert len(f.public) == len(calls) and len(f.c) == len(calls)
-    assert f.c[1][39] == 6.0 and f.c[2][40] == 3.0           # alpha, beta: the call's values
+    assert f.c[1][43] == 6.0 and f.c[2][44] == 3.0           # alpha, beta: the call's values
 
 
 def test_split_k_takes_a_fresh_workspace_and_the_counters(monkeypatch):
@@ -256,7 +257,7 @@ def test_split_k_takes_a_fresh_workspace_and_the_counters(monkeypatch):
     tiles = -(-300 // 64) * -(-520 // 128)
     args = f.c[0]
     assert args[0] == min(132, tiles * 4) and args[33] == G._SCRATCH[(-1, 7)][1].data_ptr()   # the stream's counters
-    assert args[32] != G._SCRATCH[-1][0].data_ptr() and args[49] == 4
+    assert args[32] != G._SCRATCH[-1][0].data_ptr() and args[53] == 4
     monkeypatch.setattr(G, "current_stream", lambda: 9)
     G.launch(a, b, c, precision="none", config=cfg)
     assert f.c[-1][33] == G._SCRATCH[(-1, 9)][1].data_ptr() != args[33]     # another stream: other counters
@@ -285,7 +286,7 @@ def test_a_tail_config_launches_its_split_units_with_a_workspace(monkeypatch):
     for _ in range(2):
         G.launch(a, b, c, precision="none", config=cfg)
     args = f.c[0]
-    assert args[0] == 132 and args[37:39] == (264, 2)     # tail_at, tail_split: 4 K-steps allow 2 ways, not 4
+    assert args[0] == 132 and args[41:43] == (264, 2)     # tail_at, tail_split: 4 K-steps allow 2 ways, not 4
     plan = G.descriptor_plan(a, b, c, cfg)
     assert (plan["tail_at"], plan["tail_split"], plan["workspace"], plan["counters"]) == (264, 2, 48 * 128 * 128, 24)
 

@@ -319,6 +319,35 @@ def test_large_16bit_calls_that_the_gluon_kernel_takes_are_its_own(fresh):
     assert bm.untimed_choices(None, a, b, c, "none", 1.0, 0.0, p, dict(opts)) == (gl.name, None)
     import dataclasses
     for q in (dataclasses.replace(p, M=bm.GLUON_OWNS_FROM_M - 1), dataclasses.replace(p, kind="tf32", esize=4),
-              dataclasses.replace(p, batch=2), dataclasses.replace(p, K=p.K - 1)):
+              dataclasses.replace(p, K=p.K - 1)):
         assert bm._gluon_owns(q, opts, dev) is None, q
     assert bm._gluon_owns(p, {other.name: other}, dev) is None
+
+
+def test_batches_the_gluon_kernel_owns_and_those_it_is_not_offered(fresh, monkeypatch):
+    """A batch of >= GLUON_OWNS_FROM_MACS multiply-adds is the Gluon kernel's in tf32 at any K and in 16-bit
+    from K = GLUON_BATCH_FROM_K; any other batch leaves the Gluon kernel out of the model's pick (its 16-bit
+    tiles of a few K-steps and its products of K or N = 64 ran at 0.41-0.70x torch)."""
+    import dataclasses
+    a, b, c = _call(45, 21, 70)
+    # a Hopper's properties: the model may rank the Gluon kernel (capability 9.0) first
+    dev = dataclasses.replace(bm.device(None), capability=(9, 0), sms=132, smem=232448, bandwidth=3.35e6)
+    monkeypatch.setattr(bm, "device", lambda idx=None: dev)
+    gl = H.Candidate("gluon-ws:x", dict(C.EMULATION_CHOICES[0]), V.GLUON.traits, 0, V.GLUON, True)
+    other = H.Candidate("blocked:y", dict(C.EMULATION_CHOICES[1]), V.BY_NAME["blocked"].traits, 0,
+                        V.BY_NAME["blocked"], True)
+    opts = {gl.name: gl, other.name: other}
+    k = bm.GLUON_BATCH_FROM_K
+    p = H.Problem(512, 512, k, bm.GLUON_OWNS_FROM_MACS // (512 * 512 * k))
+    assert p.batch > 1 and bm._gluon_owns(p, opts, dev) == gl.name
+    assert bm._gluon_owns(dataclasses.replace(p, batch=p.batch - 1), opts, dev) is None     # too little work
+    short = dataclasses.replace(p, K=k // 2, batch=2 * p.batch)
+    assert bm._gluon_owns(short, opts, dev) is None
+    assert bm._gluon_owns(dataclasses.replace(short, kind="tf32", esize=4), opts, dev) == gl.name
+    # not owned: the model picks among the others even where it would rank the Gluon kernel first
+    assert H.pick([gl, other], short, dev) is gl
+    pick, _ = bm.untimed_choices(None, a, b, c, "none", 1.0, 0.0, short, dict(opts))
+    assert pick == other.name
+    one = dataclasses.replace(short, batch=1, K=512)      # one product (not owned: too little work): offered
+    assert H.pick([gl, other], one, dev) is gl and bm._gluon_owns(one, opts, dev) is None
+    assert bm.untimed_choices(None, a, b, c, "none", 1.0, 0.0, one, dict(opts))[0] == gl.name

@@ -38,7 +38,13 @@ first operand may come from registers in any layout. A row-major and B column-ma
 shared memory; A column-major: A loaded into registers; B row-major (``x @ W`` with W as stored):
 the tile is computed transposed, C^T = B^T A^T, B^T loaded into registers. No per-call copy.
 A column-major with B row-major is not applicable (both would have to come from registers).
-2-D only. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
+
+Batched products (a, b, c of 3-D, batch 1 broadcasting): one launch over all products' tiles. Each
+operand's matrices are stacked along its rows in one 2-D descriptor (product p's rows start at p x
+its rows; a 2-D or broadcast operand: at 0), which needs each operand's batch stride to be one
+matrix (``_stacked``) and every tile to stay inside its product: M a multiple of BLOCK_M and K of
+BLOCK_K (a stacked tile past the end would read the next product's rows, not zeros); no bias or
+activation. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
 consumers.
 
 Host cost of a call: the first call of each specialisation (config, dtypes, epilogue flags,
@@ -134,19 +140,23 @@ def smem_bytes(config: dict, esize: int, out_esize: int) -> int:
     return config["num_stages"] * (bm + bn) * bk * esize + bm * bn * out_esize // config.get("EPI_SPLIT", 1)
 
 
-def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int = 2, reg: bool = False) -> dict:
+def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int = 2, reg: bool = False,
+              batch: int = 1) -> dict:
     """The config a no-timing pick takes. Model: waves of tiles over the SMs, each wave as long as
     one tile at its measured rate (RATE; tf32 with an operand in registers, ``reg``: RATE_TF32_REG);
     among configs within 10% of the best modelled time the largest tile wins (it moves fewer bytes
     per flop, which the model leaves out). Configs without a measured rate or over SMEM_LIMIT are
-    skipped, split-K ones unless all their units fit in one wave with >= 4 K-steps each."""
+    skipped, split-K ones unless all their units fit in one wave with >= 4 K-steps each; for a batch
+    (``batch`` products), those whose tiles would cross from one product into the next (``batch_fits``)."""
     esize = 2 if kind == "16bit" else 4
     rates = RATE if kind == "16bit" else (RATE_TF32_REG if reg else RATE_TF32)
     timed = []
     for cfg in CONFIGS[kind]:
         split = cfg["SPLIT_K"]
         bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
-        units = cdiv(M, bm) * cdiv(N, bn) * split
+        units = cdiv(M, bm) * cdiv(N, bn) * split * batch
+        if batch > 1 and not batch_fits(cfg, M, K):
+            continue
         if (bm, bn, cfg["EPI_SPLIT"]) not in rates or smem_bytes(cfg, esize, out_esize) > SMEM_LIMIT or \
                 (split > 1 and (cdiv(K, cfg["BLOCK_K"]) < 4 * split or units > sms)):
             continue
@@ -175,10 +185,54 @@ def _order_of(shape, st):
     return None
 
 
+def _stack(t, rows: int, cols: int, batch: int):
+    """One operand of a batch as one 2-D view and the row step between its products in the descriptor
+    (the view's rows for a row-major matrix, its transpose's for a column-major one; 0: the same matrix
+    for every product), or the reason it cannot be (a batch stride that is not one matrix)."""
+    if t.dim() == 2:
+        return t, 0
+    if t.shape[0] == 1 or t.stride(0) == 0 or batch == 1:
+        return t[0], 0
+    sr, sc = t.stride(1), t.stride(2)
+    o = _order_of((rows, cols), (sr, sc))
+    if o == "n" and t.stride(0) == rows * sr:        # matrices one under another: (batch x rows, cols)
+        return t.as_strided((batch * rows, cols), (sr, 1)), rows
+    if o == "t" and t.stride(0) == cols * sc:        # their transposes one under another: (rows, batch x cols)
+        return t.as_strided((rows, batch * cols), (1, sc)), cols
+    return (f"a batched operand {tuple(t.shape)} with strides {t.stride()}: one unit stride and a batch "
+            f"stride of one matrix"), 0
+
+
+def _stacked(a, b, c):
+    """(batch, M, N, K, (a, b, c) as 2-D stacked views, (a, b, c) row steps) of a 2-D or batched
+    product (``_stack``), or the reason it cannot run as one."""
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = c.shape[0] if c.dim() == 3 else 1
+    views, steps = [], []
+    for t, rows, cols in ((a, M, K), (b, K, N), (c, M, N)):
+        v, step = _stack(t, rows, cols, batch)
+        if isinstance(v, str):
+            return v
+        views.append(v)
+        steps.append(step)
+    if batch > 1 and steps[2] == 0:
+        return f"a batched output {tuple(c.shape)} with strides {c.stride()}: row-major, a batch stride of one matrix"
+    return batch, M, N, K, tuple(views), tuple(steps)
+
+
+def batch_fits(config: dict, M: int, K: int) -> bool:
+    """A config's tiles stay inside each product of a batch (stacked descriptors: ``_stacked``)."""
+    return M % config["BLOCK_M"] == 0 and K % config["BLOCK_K"] == 0
+
+
 def why_not(a, b, c, precision, alpha=1.0, beta=0.0) -> str | None:
     """None if the kernel can run this product, else the reason (one line)."""
-    if a.dim() != 2 or b.dim() != 2 or c.dim() != 2:
-        return f"2-D only (a {tuple(a.shape)}, b {tuple(b.shape)})"
+    if a.dim() not in (2, 3) or b.dim() not in (2, 3) or c.dim() != max(a.dim(), b.dim()):
+        return f"2-D or batched 3-D only (a {tuple(a.shape)}, b {tuple(b.shape)}, c {tuple(c.shape)})"
+    st = _stacked(a, b, c)
+    if isinstance(st, str):
+        return st
+    batch, M, N, K, (a2, b2, c2), _ = st
     kind = _DTYPES.get(str(a.dtype))
     if kind is None or a.dtype != b.dtype:
         return f"dtypes {a.dtype}, {b.dtype}: bf16, fp16 or float32 (tf32) operands only"
@@ -186,8 +240,12 @@ def why_not(a, b, c, precision, alpha=1.0, beta=0.0) -> str | None:
         return f"float32 operands with precision {precision!r}: only tf32 runs on wgmma"
     if str(c.dtype) not in ("torch.bfloat16", "torch.float16", "torch.float32"):
         return f"output dtype {c.dtype}"
-    if min(a.shape[0], a.shape[1], b.shape[1]) == 0:
+    if min(M, N, K, batch) == 0:
         return "empty product"
+    if batch > 1 and not any(batch_fits(cfg, M, K) for cfg in CONFIGS[kind]):
+        return (f"a batch of {M}x{K} @ {K}x{N}: each product's M a multiple of 64 and K of "
+                f"{min(cfg['BLOCK_K'] for cfg in CONFIGS[kind])} (its tiles stay inside it)")
+    a, b, c = a2, b2, c2
     oa, ob = _order(a), _order(b)
     if oa is None or ob is None or c.stride(1) != 1:
         return f"strides a {a.stride()}, b {b.stride()}, c {c.stride()}: one unit stride per operand, c row-major"
@@ -211,14 +269,15 @@ def applicable(a, b, c, precision, alpha=1.0, beta=0.0) -> bool:
 
 def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     """What the launch builds (no GPU needed): the tensors the descriptors cover, their block
-    shapes, the transposition flags, the grid and the split-K scratch sizes (elements). A
-    transposed operand is described by its transpose (a contiguous view: no copy)."""
+    shapes, the transposition flags, the grid, the batch (its size and each descriptor's row step,
+    ``_stacked``) and the split-K scratch sizes (elements). A transposed operand is described by its
+    transpose (a contiguous view: no copy)."""
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    batch, M, N, K, (a, b, c), steps = _stacked(a, b, c)
     a_t, b_t = _order(a) == "t", _order(b) == "t"
-    M, N = a.shape[0], b.shape[1]
-    tiles = cdiv(M, bm) * cdiv(N, bn)
+    tiles = cdiv(M, bm) * cdiv(N, bn) * batch
     split, epi = config.get("SPLIT_K", 1), config.get("EPI_SPLIT", 1)
-    tail_at, tail_split, units = _units(tiles, cdiv(a.shape[1], bk), num_sms, split, config.get("TAIL", 0))
+    tail_at, tail_split, units = _units(tiles, cdiv(K, bk), num_sms, split, config.get("TAIL", 0))
     tail = {"tail_at": tail_at, "tail_split": tail_split}
     if tail_split > 1:      # TAIL: the last wave's tiles split along K, their partials and counters
         tail.update(grid=min(num_sms, units), workspace=(units - tail_at) * bm * bn, counters=tiles - tail_at)
@@ -228,7 +287,7 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
         # EPI_SPLIT = 2: the output staging tile is half the tile, along M where the kernel computes
         # the tile transposed (tf32 with a row-major B), else along N
         "c": (c, [bm // epi, bn] if operand_mode(a, b) == 2 else [bm, bn // epi]),
-        "A_T": a_t, "B_T": b_t, "tiles": tiles, "split": split,
+        "A_T": a_t, "B_T": b_t, "tiles": tiles, "split": split, "batch": batch, "steps": steps, "MNK": (M, N, K),
         "grid": min(num_sms, tiles * split),
         # split-K: one fp32 partial tile per unit, one arrival counter per tile
         "workspace": tiles * split * bm * bn if split > 1 else 0, "counters": tiles if split > 1 else 0,
@@ -317,7 +376,8 @@ def _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_m
     descs = [kmod.descriptor(*plan[x]) for x in "abc"]
     ws, cnt = _scratch(dev, plan["counters"], plan["workspace"], current_stream() if plan["counters"] else None)
     ck = kmod.gluon_ws_kernel[(plan["grid"],)](
-        *descs, c, c.stride(0), bias, sbias, ws, cnt, M, N, K, plan["tail_at"], plan["tail_split"], alpha, beta,
+        *descs, c, c.stride(-2), bias, sbias, ws, cnt, M, N, K, plan["batch"], *plan["steps"], plan["tail_at"],
+        plan["tail_split"], alpha, beta,
         STAGES=config["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=config["GROUP_M"],
         NUM_SMS=sms, HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0, EPI_SPLIT=config.get("EPI_SPLIT", 1),
         SPLIT_K=plan["split"], TAIL=config.get("TAIL", 0), LOADER_REGS=LOADER_REGS, BIAS=bias_mode, ACT=act, num_warps=config["num_warps"])
@@ -361,24 +421,24 @@ class _Bound:
             cache[key] = hit
         return hit
 
-    def __call__(self, a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev) -> None:
-        self.go(current_stream(), a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, sa, sb, sc,
-                bias.data_ptr(), sbias, alpha, beta, dev)
-
-    def go(self, stream: int, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta,
-           dev) -> None:
-        grid, args, _ = self.args(pa, pb, pc, M, N, K, sa, sb, sc, pbias, sbias, alpha, beta, dev, stream)
-        self.launch(grid, 1, 1, stream, *args)
+    def __call__(self, a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev, batch=1, steps=(0, 0, 0)) -> None:
+        """(a, b, c): the 2-D views (stacked for a batch: ``_stacked``; sa, sb, sc their strides)."""
+        grid, args, _ = self.args(a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, sa, sb, sc, bias.data_ptr(),
+                                  sbias, alpha, beta, dev, current_stream(), batch, steps)
+        self.launch(grid, 1, 1, current_stream(), *args)
 
     def args(self, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta, dev,
-             stream: int | None = None) -> tuple:
+             stream: int | None = None, batch: int = 1, steps: tuple = (0, 0, 0)) -> tuple:
         """(grid, the C launch's arguments after the stream, whether it splits) of one call. A split launch
         (SPLIT_K, or TAIL with a partial wave to split) takes a fresh workspace and ``stream``'s counters; the
-        others' arguments depend on nothing but the call's values (a class launch may keep them: ``_ClassLaunch``)."""
-        ea = self.desc(0, pa, (K, M) if self.a_t else (M, K), (sa[1] if self.a_t else sa[0], 1), dev)
-        eb = self.desc(1, pb, (N, K) if self.b_t else (K, N), (sb[1] if self.b_t else sb[0], 1), dev)
-        ec = self.desc(2, pc, (M, N), (sc[0], 1), dev)
-        tiles = cdiv(M, self.bm) * cdiv(N, self.bn)
+        others' arguments depend on nothing but the call's values (a class launch may keep them: ``_ClassLaunch``).
+        A batch: ``batch`` products, the descriptors' row ``steps`` between them (``_stacked``)."""
+        ra = steps[0] * batch or (K if self.a_t else M)     # the descriptors' rows (a batch's stacked)
+        rb = steps[1] * batch or (N if self.b_t else K)
+        ea = self.desc(0, pa, (ra, M) if self.a_t else (ra, K), (sa[1] if self.a_t else sa[0], 1), dev)
+        eb = self.desc(1, pb, (rb, K) if self.b_t else (rb, N), (sb[1] if self.b_t else sb[0], 1), dev)
+        ec = self.desc(2, pc, (steps[2] * batch or M, N), (sc[0], 1), dev)
+        tiles = cdiv(M, self.bm) * cdiv(N, self.bn) * batch
         tail_at, tail_split, units = _units(tiles, cdiv(K, self.bk), self.sms, self.split, self.tail)
         if tail_split > 1:
             ws, cnt = _scratch(dev, tiles - tail_at, (units - tail_at) * self.bm * self.bn, stream)
@@ -388,7 +448,7 @@ class _Bound:
             ws, cnt = _SCRATCH.get(dev) or _scratch(dev, 0, 0)
         return min(self.sms, units), (self.function, self.coop, self.pdl, None, None, self.packed, None, None, None,
                                       *ea, *eb, *ec, pc, sc[0], pbias, sbias, ws.data_ptr(), cnt.data_ptr(),
-                                      M, N, K, tail_at, tail_split, alpha, beta, *self.consts), \
+                                      M, N, K, batch, *steps, tail_at, tail_split, alpha, beta, *self.consts), \
             tail_split > 1 or self.split > 1
 
 
@@ -514,9 +574,9 @@ def _from_index(spec, a, b, c, config, sms, a_t, b_t, flags):
     return None
 
 
-def _full_config(config, M: int, N: int, K: int, a, c, sms: int, reg: bool = False) -> dict:
+def _full_config(config, M: int, N: int, K: int, a, c, sms: int, reg: bool = False, batch: int = 1) -> dict:
     if not config or not _FULL <= config.keys():
-        config = {**_pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size(), reg), **(config or {})}
+        config = {**_pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size(), reg, batch), **(config or {})}
     return config
 
 
@@ -551,6 +611,8 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     class launch for the short path (``_ClassLaunch``), or None where it was not bound (Gluon's own
     launcher, an undecided adapter). Without a ``config`` (the dispatcher's plan leaves it to this
     kernel's model) the class launch takes the model's config for each call's own size."""
+    if c.dim() != 2:
+        return None         # a batch: each call through launch (the class launch is 2-D's)
     M, K = a.shape
     N = b.shape[1]
     sms = _num_sms()
@@ -573,11 +635,17 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
 def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, bias_mode=0, act="none") -> None:
     """Enqueue c = act(alpha * a @ b + beta * c + bias) on torch's current stream (no host sync).
     A partial ``config`` is completed from ``heuristic``'s; ``bias_mode`` 1: ``bias`` has one value
-    per column (N), 2: one per row (M); ``act`` one of ``ACTS``."""
-    M, K = a.shape
-    N = b.shape[1]
+    per column (N), 2: one per row (M); ``act`` one of ``ACTS``. a (M, K) or (B, M, K), b (K, N) or (B, K, N),
+    c (M, N) or (B, M, N): a batch runs in one launch where ``why_not`` allows it (no bias or activation)."""
+    given = (a, b, c)       # what the descriptors' plan reads (descriptor_plan stacks a batch itself)
+    batch, M, N, K, (a, b, c), steps = _stacked(a, b, c)
     sms = _num_sms()
-    config = _plain_unless_split(_full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0), M, N, K, sms)
+    config = _plain_unless_split(_full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0, batch),
+                                 M, N, K, sms)
+    if batch > 1 and (bias_mode or act != "none" or not batch_fits(config, M, K)):
+        raise TiledmmError(f"gluon-ws: a batch of {batch} products {M}x{K} @ {K}x{N} runs without bias or "
+                           f"activation, with M a multiple of BLOCK_M and K of BLOCK_K (config "
+                           f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']})")
     if bias_mode or act != "none":
         _check_epilogue(bias, bias_mode, act, M, N, c)
     alpha, beta = float(alpha), float(beta)
@@ -588,24 +656,25 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     else:
         sbias = bias.stride(0)
     dev = c.get_device()
-    spec = _spec(config, a, c, bias, bias_mode, act, alpha, beta, a_t, b_t, sc[0], sbias, max(M, N, K), dev, sms)
+    spec = _spec(config, a, c, bias, bias_mode, act, alpha, beta, a_t, b_t, sc[0], sbias, max(*a.shape, *b.shape,
+                 *c.shape), dev, sms)
     bound = _bound.get(spec)
     if bound is None:
         with _bind_lock:        # one thread compiles and binds a specialisation; the others wait
             bound = _bound.get(spec)
             if bound is None:
                 flags = (beta != 0.0, alpha == 1.0, bias_mode, act)
-                bound = _from_index(spec, a, b, c, config, sms, a_t, b_t, flags)
+                bound = _from_index(spec, *given, config, sms, a_t, b_t, flags)
                 if bound is None:
-                    ck, descs = _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
+                    ck, descs = _public(*given, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
                     _bind(spec, ck, descs, config, sms, a_t, b_t, flags)
                     _adapter.remember_compiled(_index_key(spec, config), ck)
                     return
     if bound is _PUBLIC:
-        _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
+        _public(*given, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
         return
     try:
-        bound(a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev)
+        bound(a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev, batch, steps)
     except (TypeError, AttributeError, SystemError):   # a launcher of another shape: Gluon's, for good
         _bound[spec] = _PUBLIC
-        _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
+        _public(*given, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)

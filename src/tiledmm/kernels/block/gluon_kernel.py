@@ -27,7 +27,7 @@ _GL = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16, "torch.float3
 
 # the kernel's parameters in order (gluon_gemm's direct launch builds its argument list by them)
 RUNTIME = ("a_desc", "b_desc", "c_desc", "c_ptr", "stride_cm", "bias_ptr", "stride_bias", "ws_ptr", "cnt_ptr",
-           "M", "N", "K", "tail_at", "tail_split", "alpha", "beta")
+           "M", "N", "K", "batch", "a_step", "b_step", "c_step", "tail_at", "tail_split", "alpha", "beta")
 CONSTEXPRS = ("STAGES", "A_T", "B_T", "GROUP_M", "NUM_SMS", "HAS_BETA", "ALPHA_ONE", "EPI_SPLIT", "SPLIT_K",
               "TAIL", "LOADER_REGS", "BIAS", "ACT", "num_warps")
 TAIL_CHUNKS = gl.constexpr(8)     # a tail tile's rows fall in this many chunks, shared out among its split units
@@ -98,20 +98,21 @@ def _slice_layout(BN, num_warps):
 
 
 @gluon.jit
-def _units(num_pid_m, num_pid_n, tail_at, tail_split, SPLIT_K: gl.constexpr, TAIL: gl.constexpr):
-    """How many work units a launch has (see ``_unit``)."""
+def _units(num_pid_m, num_pid_n, batch, tail_at, tail_split, SPLIT_K: gl.constexpr, TAIL: gl.constexpr):
+    """How many work units a launch has (see ``_unit``): ``batch`` products' tiles."""
     if TAIL:
-        return tail_at + (num_pid_m * num_pid_n - tail_at) * tail_split
+        return tail_at + (batch * num_pid_m * num_pid_n - tail_at) * tail_split
     else:
-        return num_pid_m * num_pid_n * SPLIT_K
+        return batch * num_pid_m * num_pid_n * SPLIT_K
 
 
 @gluon.jit
 def _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr,
           TAIL: gl.constexpr):
-    """Work unit -> (tile, pid_m, pid_n, first K-step, end K-step). SPLIT_K > 1: SPLIT_K units per tile,
-    adjacent. TAIL: tiles below ``tail_at`` are one unit each (the whole waves); each tile from
-    ``tail_at`` on (the last, partial wave) is ``tail_split`` adjacent units, one share of K each."""
+    """Work unit -> (tile, product, pid_m, pid_n, first K-step, end K-step). SPLIT_K > 1: SPLIT_K units per
+    tile, adjacent. TAIL: tiles below ``tail_at`` are one unit each (the whole waves); each tile from
+    ``tail_at`` on (the last, partial wave) is ``tail_split`` adjacent units, one share of K each. A batch's
+    tiles are its products' tiles one product after another (``product`` = tile // tiles of one product)."""
     if TAIL:
         tile = unit
         k_lo = unit * 0
@@ -127,12 +128,14 @@ def _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split, GROUP_M: gl.
         k_per = gl.cdiv(k_tiles, SPLIT_K)
         k_lo = (unit % SPLIT_K) * k_per
         k_hi = min(k_lo + k_per, k_tiles)
-    pid_m, pid_n = _tile_coords(tile, num_pid_m, num_pid_n, GROUP_M)
-    return tile, pid_m, pid_n, k_lo, k_hi
+    per = num_pid_m * num_pid_n
+    product = tile // per
+    pid_m, pid_n = _tile_coords(tile - product * per, num_pid_m, num_pid_n, GROUP_M)
+    return tile, product, pid_m, pid_n, k_lo, k_hi
 
 
 @gluon.jit
-def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, tail_at, tail_split,
+def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, batch, a_step, b_step, tail_at, tail_split,
             BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
             A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
             SPLIT_K: gl.constexpr, TAIL: gl.constexpr):
@@ -141,9 +144,13 @@ def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, tail_at, tail
     k_tiles = gl.cdiv(K, BK)
     nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
     it = 0
-    for unit in range(gl.program_id(0), _units(num_pid_m, num_pid_n, tail_at, tail_split, SPLIT_K, TAIL), NUM_SMS):
-        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split, GROUP_M,
-                                               SPLIT_K, TAIL)
+    for unit in range(gl.program_id(0), _units(num_pid_m, num_pid_n, batch, tail_at, tail_split, SPLIT_K, TAIL),
+                      NUM_SMS):
+        tile, product, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split,
+                                                        GROUP_M, SPLIT_K, TAIL)
+        # a batch's operands are stacked along their rows: product p's rows start at p * step (0: broadcast)
+        row_a = product * a_step
+        row_b = product * b_step
         off_m = pid_m * BM
         off_n = pid_n * BN
         for ki in range(k_lo, k_hi):
@@ -154,13 +161,13 @@ def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, tail_at, tail
             mbarrier.expect(bar, nbytes)
             k = ki * BK
             if A_T:
-                _tma_load(a_desc, [k, off_m], bar, a_bufs.index(s))
+                _tma_load(a_desc, [row_a + k, off_m], bar, a_bufs.index(s))
             else:
-                _tma_load(a_desc, [off_m, k], bar, a_bufs.index(s))
+                _tma_load(a_desc, [row_a + off_m, k], bar, a_bufs.index(s))
             if B_T:
-                _tma_load(b_desc, [off_n, k], bar, b_bufs.index(s))
+                _tma_load(b_desc, [row_b + off_n, k], bar, b_bufs.index(s))
             else:
-                _tma_load(b_desc, [k, off_n], bar, b_bufs.index(s))
+                _tma_load(b_desc, [row_b + k, off_n], bar, b_bufs.index(s))
             it += 1
 
 
@@ -239,14 +246,45 @@ def _epilogue(out, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, off_
 @gluon.jit
 def _leave_partial(acc, ws_ptr, slot, cnt_ptr, counter, layout: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr):
     """A split unit's fp32 partial ``acc`` into workspace slot ``slot``, then its arrival on ``counter``
-    (acquire-release: the partials of the units counted before are visible). Returns the count before
-    and the tile's element offsets in ``layout``."""
+    (acquire-release: the partials of the units counted before are visible). Returns the count before."""
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
-    offs = rows[:, None] * BN + cols[None, :]
-    gl.store(ws_ptr + slot.to(gl.int64) * (BM * BN) + offs, acc)
+    gl.store(ws_ptr + slot.to(gl.int64) * (BM * BN) + rows[:, None] * BN + cols[None, :], acc)
     _cta_barrier()
-    return gl.atomic_add(cnt_ptr + counter, 1, sem="acq_rel", scope="gpu"), offs
+    return gl.atomic_add(cnt_ptr + counter, 1, sem="acq_rel", scope="gpu")
+
+
+@gluon.jit
+def _sum_partials(ws_ptr, first, parts, chunk_lo, chunk_hi, c_ptr, stride_cm, bias_ptr, stride_bias, off_m, off_n,
+                  M, N, alpha, beta, BM: gl.constexpr, BN: gl.constexpr, HAS_BETA: gl.constexpr,
+                  ALPHA_ONE: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr,
+                  PARTS: gl.constexpr):
+    """Rows ``chunk_lo``..``chunk_hi`` (in chunks of BM / TAIL_CHUNKS rows) of one tile: the sum of its
+    ``parts`` fp32 partials from workspace slot ``first`` on, through the epilogue (``_finish``) into C
+    with masked stores. Four consecutive columns a thread (16-byte loads along the partial's rows);
+    PARTS > 0 (a constexpr count) unrolls the partials, so their loads of a chunk are all in flight at
+    once (read in the accumulator's layout, one partial after another, split-K's fix-up took ~20 us a
+    unit on the H100: session 15)."""
+    R: gl.constexpr = BM // TAIL_CHUNKS
+    sl: gl.constexpr = _slice_layout(BN, NUM_WARPS)
+    r = gl.arange(0, R, layout=gl.SliceLayout(1, sl))
+    cn = gl.arange(0, BN, layout=gl.SliceLayout(0, sl))
+    base = first.to(gl.int64) * (BM * BN)
+    for chunk in range(chunk_lo, chunk_hi):
+        at = base + ((chunk * R + r)[:, None] * BN + cn[None, :])
+        out = gl.zeros((R, BN), dtype=gl.float32, layout=sl)
+        if PARTS > 0:
+            for j in gl.static_range(PARTS):
+                out += gl.load(ws_ptr + at + j * (BM * BN), cache_modifier=".cg")
+        else:
+            for j in range(parts):
+                out += gl.load(ws_ptr + at + j * (BM * BN), cache_modifier=".cg")
+        offs_m = off_m + chunk * R + r
+        offs_n = off_n + cn
+        out = _finish(out, offs_m, offs_n, c_ptr, stride_cm, bias_ptr, stride_bias, M, N, alpha, beta,
+                      HAS_BETA, ALPHA_ONE, BIAS, ACT)
+        gl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], out.to(c_ptr.dtype.element_ty),
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 @gluon.jit
@@ -260,28 +298,13 @@ def _tail_unit(acc, v, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, bias_ptr, 
     second count resets the tile's counter for the next launch."""
     t = v // tail_split
     s = v % tail_split
-    seen, _ = _leave_partial(acc, ws_ptr, v, cnt_ptr, t, layout, BM, BN)
-    seen += 1
+    seen = _leave_partial(acc, ws_ptr, v, cnt_ptr, t, layout, BM, BN) + 1
     while seen < tail_split:
         seen = gl.atomic_add(cnt_ptr + t, 0, sem="acquire", scope="gpu")
     _cta_barrier()
-    R: gl.constexpr = BM // TAIL_CHUNKS
-    sl: gl.constexpr = _slice_layout(BN, NUM_WARPS)
-    r = gl.arange(0, R, layout=gl.SliceLayout(1, sl))
-    cn = gl.arange(0, BN, layout=gl.SliceLayout(0, sl))
     per = TAIL_CHUNKS // tail_split
-    first = (t * tail_split).to(gl.int64) * (BM * BN)
-    for chunk in range(s * per, s * per + per):
-        at = (chunk * R + r)[:, None] * BN + cn[None, :]
-        out = gl.zeros((R, BN), dtype=gl.float32, layout=sl)
-        for j in range(tail_split):
-            out += gl.load(ws_ptr + first + j * (BM * BN) + at, cache_modifier=".cg")
-        offs_m = off_m + chunk * R + r
-        offs_n = off_n + cn
-        out = _finish(out, offs_m, offs_n, c_ptr, stride_cm, bias_ptr, stride_bias, M, N, alpha, beta,
-                      HAS_BETA, ALPHA_ONE, BIAS, ACT)
-        gl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], out.to(c_ptr.dtype.element_ty),
-                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    _sum_partials(ws_ptr, t * tail_split, tail_split, s * per, s * per + per, c_ptr, stride_cm, bias_ptr,
+                  stride_bias, off_m, off_n, M, N, alpha, beta, BM, BN, HAS_BETA, ALPHA_ONE, BIAS, ACT, NUM_WARPS, 0)
     _cta_barrier()
     if gl.atomic_add(cnt_ptr + t, 1, sem="relaxed", scope="gpu") == 2 * tail_split - 1:
         gl.atomic_xchg(cnt_ptr + t, 0, sem="relaxed", scope="gpu")
@@ -289,7 +312,7 @@ def _tail_unit(acc, v, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, bias_ptr, 
 
 @gluon.jit
 def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bias_ptr, stride_bias, ws_ptr, cnt_ptr,
-              M, N, K, tail_at, tail_split, alpha, beta,
+              M, N, K, batch, c_step, tail_at, tail_split, alpha, beta,
               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
               A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
               HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr,
@@ -304,9 +327,13 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
     it = 0
-    for unit in range(gl.program_id(0), _units(num_pid_m, num_pid_n, tail_at, tail_split, SPLIT_K, TAIL), NUM_SMS):
-        tile, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split, GROUP_M,
-                                               SPLIT_K, TAIL)
+    for unit in range(gl.program_id(0), _units(num_pid_m, num_pid_n, batch, tail_at, tail_split, SPLIT_K, TAIL),
+                      NUM_SMS):
+        tile, product, pid_m, pid_n, k_lo, k_hi = _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split,
+                                                        GROUP_M, SPLIT_K, TAIL)
+        # C's rows of this product in the stacked C, and the end of them (the epilogue's row bound)
+        row_c = product * c_step
+        m_end = row_c + M
         if MODE == 2:
             acc = gl.zeros((BN, BM), dtype=gl.float32, layout=mma_layout)
         else:
@@ -365,36 +392,35 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
 
         if TAIL:
             if unit < tail_at:
-                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN,
-                          M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
+                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, row_c + pid_m * BM,
+                          pid_n * BN, m_end, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS,
+                          ACT, MODE == 2)
             else:
                 _tail_unit(acc, unit - tail_at, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, bias_ptr, stride_bias,
-                           pid_m * BM, pid_n * BN, M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, BIAS, ACT,
+                           row_c + pid_m * BM, pid_n * BN, m_end, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, BIAS, ACT,
                            NUM_WARPS)
         elif SPLIT_K == 1:
-            _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN, M, N,
-                      alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
+            _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, row_c + pid_m * BM, pid_n * BN,
+                      m_end, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
         else:
             # split-K in one kernel: every unit leaves its fp32 partial in the workspace and counts
-            # itself in on the tile's counter; the last to arrive adds the others' partials, resets
-            # the counter for the next launch and runs the epilogue
-            arrived, offs = _leave_partial(acc, ws_ptr, unit, cnt_ptr, tile, layout, BM, BN)
-            if arrived == SPLIT_K - 1:
-                for j in gl.static_range(SPLIT_K):
-                    other = tile * SPLIT_K + j
-                    if other != unit:
-                        acc += gl.load(ws_ptr + other.to(gl.int64) * (BM * BN) + offs, cache_modifier=".cg")
+            # itself in on the tile's counter; the last to arrive resets the counter for the next launch
+            # and adds up all the tile's partials through the epilogue into C (``_sum_partials``)
+            if _leave_partial(acc, ws_ptr, unit, cnt_ptr, tile, layout, BM, BN) == SPLIT_K - 1:
                 gl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
-                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, pid_m * BM, pid_n * BN,
-                          M, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
+                _sum_partials(ws_ptr, tile * SPLIT_K, SPLIT_K, 0, TAIL_CHUNKS, c_ptr, stride_cm, bias_ptr,
+                              stride_bias, row_c + pid_m * BM, pid_n * BN, m_end, N, alpha, beta, BM, BN, HAS_BETA,
+                              ALPHA_ONE, BIAS, ACT, NUM_WARPS, SPLIT_K)
     tma.store_wait(pendings=0)
 
 
-# M, N and K are not specialised (== 1, % 16): they feed no vector access here (the copy engine
-# reads the operands), so one compiled kernel serves every size of a config
-@gluon.jit(do_not_specialize=["M", "N", "K"])
+# M, N, K and the batch's sizes are not specialised (== 1, % 16): they feed no vector access here (the
+# copy engine reads the operands), so one compiled kernel serves every size of a config. A batch of
+# ``batch`` products: each operand stacked along its rows in one descriptor (product p's rows from
+# p * step; a step 0: the same operand for every product), C too (``gluon_gemm.batch_plan`` says when)
+@gluon.jit(do_not_specialize=["M", "N", "K", "batch", "a_step", "b_step", "c_step"])
 def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_bias, ws_ptr, cnt_ptr, M, N, K,
-                    tail_at, tail_split, alpha, beta,
+                    batch, a_step, b_step, c_step, tail_at, tail_split, alpha, beta,
                     STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr,
                     NUM_SMS: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
                     EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, TAIL: gl.constexpr, LOADER_REGS: gl.constexpr,
@@ -416,9 +442,9 @@ def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_b
 
     gl.warp_specialize([
         (_consumer, (c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bias_ptr, stride_bias,
-                     ws_ptr, cnt_ptr, M, N, K, tail_at, tail_split, alpha, beta, BM, BN, BK, STAGES, A_T, B_T,
-                     GROUP_M, NUM_SMS, HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, TAIL, BIAS, ACT, num_warps)),
-        (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, tail_at, tail_split,
+                     ws_ptr, cnt_ptr, M, N, K, batch, c_step, tail_at, tail_split, alpha, beta, BM, BN, BK, STAGES,
+                     A_T, B_T, GROUP_M, NUM_SMS, HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, TAIL, BIAS, ACT, num_warps)),
+        (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, batch, a_step, b_step, tail_at, tail_split,
                    BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K, TAIL)),
     ], [1], [LOADER_REGS])
 

@@ -266,11 +266,29 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
 # (which count host time) are the better guide.
 GLUON_OWNS_FROM_M = 64
 GLUON_OWNS_FROM_MACS = 2 ** 32
+# A batch (every product's M a tile multiple: gluon_gemm.batch_fits) of at least GLUON_OWNS_FROM_MACS
+# multiply-adds is the Gluon kernel's own in tf32, and in 16-bit from GLUON_BATCH_FROM_K on: one launch over
+# all products' tiles. Measured (H100, session 15, docs/performance.md) against the table's blocked kernel,
+# x torch: tf32 64x512^3 0.53 -> 1.03, 16x1024^3 0.44 -> 1.10; 16-bit 16x1024^3 0.89 -> 0.99 (bf16),
+# 0.92 -> 1.11 (fp16), but 64x512^3 bf16 0.84 -> 0.70 (8 K-steps a tile) and products with K or N = 64 at
+# 0.41-0.68 against the blocked kernel's 1.3: other batches do not offer the Gluon kernel to the
+# no-timing pick at all (timing still may take it).
+GLUON_OWNS_BATCHES = True
+GLUON_BATCH_FROM_K = 1024
+
+
+def _gluon_batch(p: H.Problem) -> bool:
+    """A batch the Gluon kernel owns (see GLUON_OWNS_BATCHES)."""
+    return GLUON_OWNS_BATCHES and p.batch * p.M * p.N * p.K >= GLUON_OWNS_FROM_MACS and \
+        (p.kind == "tf32" or p.K >= GLUON_BATCH_FROM_K)
 
 
 def _gluon_owns(p: H.Problem, options: dict, dev) -> str | None:
     """The Gluon kernel's candidate where the call is one of its own (see GLUON_OWNS_FROM_M), else None."""
-    if p.kind != "16bit" or p.batch != 1 or p.M < GLUON_OWNS_FROM_M or p.M * p.N * p.K < GLUON_OWNS_FROM_MACS:
+    if p.batch > 1:
+        if not _gluon_batch(p):
+            return None
+    elif p.kind != "16bit" or p.M < GLUON_OWNS_FROM_M or p.M * p.N * p.K < GLUON_OWNS_FROM_MACS:
         return None
     return _own_pick(options, V.GLUON.name, p, dev)
 
@@ -283,13 +301,16 @@ def _own_pick(options: dict, variant: str, p: H.Problem, dev) -> str | None:
 
 def untimed_choices(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, options: dict) -> tuple:
     """(the model's pick, the shipped table's pick or None) among ``options`` (the table's may be added to
-    them): without a stored or timed choice, the table's is taken, else the model's. A 16-bit call the
-    Gluon kernel owns (``_gluon_owns``) is the model's: the Gluon kernel, no table pick."""
+    them): without a stored or timed choice, the table's is taken, else the model's. A call the Gluon
+    kernel owns (``_gluon_owns``) is the model's: the Gluon kernel, no table pick; a batch it does not
+    own is not offered to the model (GLUON_OWNS_BATCHES)."""
     dev = device(index_of(c))
     owned = _gluon_owns(p, options, dev)
     if owned is not None:
         return owned, None
-    pick = H.pick(list(options.values()), p, dev).name
+    cands = [cd for cd in options.values()
+             if p.batch == 1 or cd.variant is None or cd.variant.name != V.GLUON.name]
+    pick = H.pick(cands, p, dev).name
     return pick, _shipped_pick(key, a, b, c, precision, alpha, beta, p, options)
 
 

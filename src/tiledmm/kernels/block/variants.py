@@ -230,7 +230,7 @@ def _gluon_prune(configs: list, M: int, N: int, K: int, sms: int, batch: int = 1
     kind = "tf32" if any(c in gluon_gemm.CONFIGS["tf32"] for c in configs) else "16bit"
     out = []
     for reg in ((False, True) if kind == "tf32" else (False,)):
-        h = gluon_gemm.heuristic(M, N, K, kind, sms, 4 if kind == "tf32" else 2, reg)
+        h = gluon_gemm.heuristic(M, N, K, kind, sms, 4 if kind == "tf32" else 2, reg, batch)
         if h in configs and h not in out:
             out.append(h)
     return out or configs[:1]
