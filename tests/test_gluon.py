@@ -431,8 +431,32 @@ def test_gpu_batch_in_one_launch(dtype, a_t, b_t, a_shared, b_shared):
                 err = ((o[p].double() - ref[p]).norm() / ref[p].norm()).item()
                 assert err < {BF16: 1e-2, FP16: 2e-3, FP32: 2e-3}[dtype], (p, err)
     a, b, c = _batch(2, 96, 64, 64, dtype, a_t, b_t, device="cuda")
-    with pytest.raises(TiledmmError, match="multiple of BLOCK_M"):
+    with pytest.raises(TiledmmError, match="M a multiple of BLOCK_M"):
         G.launch(a, b, c, precision=prec, config=G._c(128, 64, 64 if dtype != FP32 else 32, 4, 4))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bias_mode, act", [(1, "gelu"), (2, "silu"), (2, "none")])
+@pytest.mark.parametrize("cfg", [None, G._c(128, 128, 64, 8, 4, split=2), G._c(128, 256, 64, 8, 4, group=16, epi=2,
+                                                                               tail=1)])
+def test_gpu_batch_with_the_fused_epilogue(bias_mode, act, cfg):
+    """A bias per column or per row is every product's (a row's bias by its row within the product), through
+    the plain epilogue, split-K's fix-up and the tail split; alpha and beta too."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    B, M, N, K = 6, 256, 520, 256
+    a, b, c = _batch(B, M, N, K, BF16, device="cuda")
+    c.copy_(torch.randn(B, M, N, device="cuda"))
+    c0 = c.clone()
+    bias = torch.randn(N if bias_mode == 1 else M, device="cuda")
+    G.launch(a, b, c, precision="none", alpha=0.5, beta=2.0, config=cfg, bias=bias, bias_mode=bias_mode, act=act)
+    torch.cuda.synchronize()
+    ref = 0.5 * (a.double() @ b.double()) + 2.0 * c0.double()
+    ref = ref + (bias.double()[None, None, :] if bias_mode == 1 else bias.double()[None, :, None])
+    ref = activation64(ref, act)
+    for p in range(B):
+        err = ((c[p].double() - ref[p]).norm() / ref[p].norm()).item()
+        assert err < 1e-2, (p, err)
 
 
 @pytest.mark.gpu

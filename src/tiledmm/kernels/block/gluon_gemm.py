@@ -43,8 +43,8 @@ Batched products (a, b, c of 3-D, batch 1 broadcasting): one launch over all pro
 operand's matrices are stacked along its rows in one 2-D descriptor (product p's rows start at p x
 its rows; a 2-D or broadcast operand: at 0), which needs each operand's batch stride to be one
 matrix (``_stacked``) and every tile to stay inside its product: M a multiple of BLOCK_M and K of
-BLOCK_K (a stacked tile past the end would read the next product's rows, not zeros); no bias or
-activation. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
+BLOCK_K (a stacked tile past the end would read the next product's rows, not zeros); a bias (per
+column or per row) is every product's. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
 consumers.
 
 Host cost of a call: the first call of each specialisation (config, dtypes, epilogue flags,
@@ -636,16 +636,16 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     """Enqueue c = act(alpha * a @ b + beta * c + bias) on torch's current stream (no host sync).
     A partial ``config`` is completed from ``heuristic``'s; ``bias_mode`` 1: ``bias`` has one value
     per column (N), 2: one per row (M); ``act`` one of ``ACTS``. a (M, K) or (B, M, K), b (K, N) or (B, K, N),
-    c (M, N) or (B, M, N): a batch runs in one launch where ``why_not`` allows it (no bias or activation)."""
+    c (M, N) or (B, M, N): a batch runs in one launch where ``why_not`` allows it."""
     given = (a, b, c)       # what the descriptors' plan reads (descriptor_plan stacks a batch itself)
     batch, M, N, K, (a, b, c), steps = _stacked(a, b, c)
     sms = _num_sms()
     config = _plain_unless_split(_full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0, batch),
                                  M, N, K, sms)
-    if batch > 1 and (bias_mode or act != "none" or not batch_fits(config, M, K)):
-        raise TiledmmError(f"gluon-ws: a batch of {batch} products {M}x{K} @ {K}x{N} runs without bias or "
-                           f"activation, with M a multiple of BLOCK_M and K of BLOCK_K (config "
-                           f"{config['BLOCK_M']}x{config['BLOCK_N']}x{config['BLOCK_K']})")
+    if batch > 1 and not batch_fits(config, M, K):
+        raise TiledmmError(f"gluon-ws: a batch of {batch} products {M}x{K} @ {K}x{N} needs M a multiple of "
+                           f"BLOCK_M and K of BLOCK_K (config {config['BLOCK_M']}x{config['BLOCK_N']}x"
+                           f"{config['BLOCK_K']})")
     if bias_mode or act != "none":
         _check_epilogue(bias, bias_mode, act, M, N, c)
     alpha, beta = float(alpha), float(beta)

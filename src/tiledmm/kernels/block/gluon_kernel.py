@@ -389,18 +389,19 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
         if MODE == 2:
             acc = acc.permute((1, 0))      # back to (BM, BN): a transposed view of the registers
         layout: gl.constexpr = acc.type.layout
-
+        # a bias per row is every product's: indexed by the row within the product, not the stacked row
+        row_bias = bias_ptr - row_c * stride_bias if BIAS == 2 else bias_ptr
         if TAIL:
             if unit < tail_at:
-                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, row_c + pid_m * BM,
+                _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, row_bias, stride_bias, row_c + pid_m * BM,
                           pid_n * BN, m_end, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS,
                           ACT, MODE == 2)
             else:
-                _tail_unit(acc, unit - tail_at, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, bias_ptr, stride_bias,
-                           row_c + pid_m * BM, pid_n * BN, m_end, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, BIAS, ACT,
-                           NUM_WARPS)
+                _tail_unit(acc, unit - tail_at, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, row_bias, stride_bias,
+                           row_c + pid_m * BM, pid_n * BN, m_end, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE,
+                           BIAS, ACT, NUM_WARPS)
         elif SPLIT_K == 1:
-            _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, bias_ptr, stride_bias, row_c + pid_m * BM, pid_n * BN,
+            _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, row_bias, stride_bias, row_c + pid_m * BM, pid_n * BN,
                       m_end, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
         else:
             # split-K in one kernel: every unit leaves its fp32 partial in the workspace and counts
@@ -408,7 +409,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
             # and adds up all the tile's partials through the epilogue into C (``_sum_partials``)
             if _leave_partial(acc, ws_ptr, unit, cnt_ptr, tile, layout, BM, BN) == SPLIT_K - 1:
                 gl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")
-                _sum_partials(ws_ptr, tile * SPLIT_K, SPLIT_K, 0, TAIL_CHUNKS, c_ptr, stride_cm, bias_ptr,
+                _sum_partials(ws_ptr, tile * SPLIT_K, SPLIT_K, 0, TAIL_CHUNKS, c_ptr, stride_cm, row_bias,
                               stride_bias, row_c + pid_m * BM, pid_n * BN, m_end, N, alpha, beta, BM, BN, HAS_BETA,
                               ALPHA_ONE, BIAS, ACT, NUM_WARPS, SPLIT_K)
     tma.store_wait(pendings=0)
