@@ -263,6 +263,39 @@ def test_split_k_takes_a_fresh_workspace_and_the_counters(monkeypatch):
     assert f.c[-1][33] == G._SCRATCH[(-1, 9)][1].data_ptr() != args[33]     # another stream: other counters
 
 
+def test_a_split_launchs_workspace_is_alive_when_its_launch_is_queued(monkeypatch):
+    """The workspace a split launch's arguments point at is still held when the C launch runs (through the
+    bound launch and the class launch alike): freed before, its memory could go to another tensor first
+    (compute-sanitizer's memcheck saw the kernel write a freed workspace: session 15)."""
+    import weakref
+    f = _Fake(monkeypatch)
+    made = []
+    scratch = G._scratch
+
+    def tracked(dev, counters, workspace, stream=None):
+        ws, cnt = scratch(dev, counters, workspace, stream)
+        if workspace:
+            made.append(weakref.ref(ws))
+        return ws, cnt
+    monkeypatch.setattr(G, "_scratch", tracked)
+    alive = []
+    raw = f.c.append
+
+    def launch(*args):
+        alive.append(any(r() is not None and r().data_ptr() == args[32] for r in made))
+        raw(args)
+    monkeypatch.setattr(G._adapter, "tensordesc_launch", lambda ck, descs: G._adapter.TensorDescLaunch(
+        launch, False, False, "fn", "packed", lambda i, ptr, shape, strides: [("map", i, ptr), *shape, *strides],
+        [{"desc": i} for i in range(3)], G._kernel().RUNTIME + G._kernel().CONSTEXPRS))
+    cfg = G._c(64, 128, 64, 4, 6, split=4)
+    a, b, c = _mats(300, 520, 264)
+    for _ in range(3):
+        G.launch(a, b, c, precision="none", config=cfg)
+    cl = G.class_launch(a, b, c, precision="none", config=cfg)
+    assert cl(7, _env(a, b, c)) and cl(7, _env(a, b, c))
+    assert len(alive) == 4 and all(alive), alive
+
+
 @pytest.mark.parametrize("tiles, k_steps, expect", [
     (144, 64, (132, 8)),     # 12 tiles past one wave: each split 8 ways, 96 units in the last round
     (160, 64, (132, 4)),     # 28 past: 4 ways (8 would need 224 units)

@@ -423,15 +423,18 @@ class _Bound:
 
     def __call__(self, a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev, batch=1, steps=(0, 0, 0)) -> None:
         """(a, b, c): the 2-D views (stacked for a batch: ``_stacked``; sa, sb, sc their strides)."""
-        grid, args, _ = self.args(a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, sa, sb, sc, bias.data_ptr(),
-                                  sbias, alpha, beta, dev, current_stream(), batch, steps)
+        grid, args, ws = self.args(a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, sa, sb, sc, bias.data_ptr(),
+                                   sbias, alpha, beta, dev, current_stream(), batch, steps)
         self.launch(grid, 1, 1, current_stream(), *args)
+        del ws          # a split launch's workspace: held until its launch is queued (args has its address only)
 
     def args(self, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta, dev,
              stream: int | None = None, batch: int = 1, steps: tuple = (0, 0, 0)) -> tuple:
-        """(grid, the C launch's arguments after the stream, whether it splits) of one call. A split launch
-        (SPLIT_K, or TAIL with a partial wave to split) takes a fresh workspace and ``stream``'s counters; the
-        others' arguments depend on nothing but the call's values (a class launch may keep them: ``_ClassLaunch``).
+        """(grid, the C launch's arguments after the stream, the workspace or None) of one call. A split launch
+        (SPLIT_K, or TAIL with a partial wave to split) takes a fresh workspace, returned so that the caller holds
+        it until the launch is queued (the arguments have only its address: freed before, its memory could go to
+        another tensor first), and ``stream``'s counters; the others (None) have arguments that depend on
+        nothing but the call's values (a class launch may keep them: ``_ClassLaunch``).
         A batch: ``batch`` products, the descriptors' row ``steps`` between them (``_stacked``)."""
         ra = steps[0] * batch or (K if self.a_t else M)     # the descriptors' rows (a batch's stacked)
         rb = steps[1] * batch or (N if self.b_t else K)
@@ -449,7 +452,7 @@ class _Bound:
         return min(self.sms, units), (self.function, self.coop, self.pdl, None, None, self.packed, None, None, None,
                                       *ea, *eb, *ec, pc, sc[0], pbias, sbias, ws.data_ptr(), cnt.data_ptr(),
                                       M, N, K, batch, *steps, tail_at, tail_split, alpha, beta, *self.consts), \
-            tail_split > 1 or self.split > 1
+            (ws if tail_split > 1 or self.split > 1 else None)
 
 
 MAX_SHAPES = 4096        # sizes a by-shape class launch remembers (then it starts again)
@@ -500,9 +503,9 @@ class _ClassLaunch:
                 bound = _bound.get(self.specs[0 if split else 1])
                 if not isinstance(bound, _Bound):
                     return False        # that build's first call: the variant's launch binds it
-        grid, args, split = bound.args(pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta,
-                                       self.dev, stream)
-        if not split:      # (a split launch's workspace is fresh each call)
+        grid, args, ws = bound.args(pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta,
+                                    self.dev, stream)
+        if ws is None:      # (a split launch's workspace is fresh each call)
             if len(self.ready) >= MAX_READY:
                 self.ready = {}
             self.ready[env] = (bound.launch, grid, args)
