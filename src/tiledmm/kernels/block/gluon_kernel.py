@@ -418,7 +418,8 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
 # M, N, K and the batch's sizes are not specialised (== 1, % 16): they feed no vector access here (the
 # copy engine reads the operands), so one compiled kernel serves every size of a config. A batch of
 # ``batch`` products: each operand stacked along its rows in one descriptor (product p's rows from
-# p * step; a step 0: the same operand for every product), C too (``gluon_gemm.batch_plan`` says when)
+# p * step; a step 0: the same operand for every product), C too (``gluon_gemm._stacked`` and
+# ``batch_fits`` say when)
 @gluon.jit(do_not_specialize=["M", "N", "K", "batch", "a_step", "b_step", "c_step"])
 def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_bias, ws_ptr, cnt_ptr, M, N, K,
                     batch, a_step, b_step, c_step, tail_at, tail_split, alpha, beta,
