@@ -296,6 +296,31 @@ def test_a_split_launchs_workspace_is_alive_when_its_launch_is_queued(monkeypatc
     assert len(alive) == 4 and all(alive), alive
 
 
+def test_class_launch_serves_batches_stacked(monkeypatch):
+    """A batch's class launch: each call's products stacked (descriptors of batch x rows, the row steps and
+    the batch among the kernel's arguments), another batch size too; a batch whose M is no tile multiple,
+    or whose operand is not one matrix a batch stride, launches nothing (the variant's launch decides)."""
+    f = _Fake(monkeypatch)
+    cfg = G._c(64, 64, 64, 4, 8)
+    B, M, K, N = 3, 128, 64, 192
+    a, b, c = torch.randn(B, M, K).to(BF16), torch.randn(B, K, N).to(BF16), torch.empty(B, M, N, dtype=BF16)
+    G.launch(a, b, c, precision="none", config=cfg)
+    cl = G.class_launch(a, b, c, precision="none", config=cfg)
+    assert cl is not None and cl(7, _env(a, b, c))
+    args = f.c[-1]
+    assert args[0] == min(132, B * 2 * 3)
+    assert args[13:16] == (("map", 0, a.data_ptr()), B * M, K) and args[18:21] == (("map", 1, b.data_ptr()), B * K, N)
+    assert args[23:26] == (("map", 2, c.data_ptr()), B * M, N)
+    assert args[34:41] == (M, N, K, B, M, K, M)          # M, N, K, batch and the three row steps
+    a5, b5, c5 = torch.randn(5, M, K).to(BF16), torch.randn(5, K, N).to(BF16), torch.empty(5, M, N, dtype=BF16)
+    assert cl(7, _env(a5, b5, c5)) and f.c[-1][37] == 5
+    n = len(f.c)
+    odd = torch.randn(B, 96, K).to(BF16), b, torch.empty(B, 96, N, dtype=BF16)
+    assert cl(7, _env(*odd)) is False
+    loose = torch.randn(M, B, K).to(BF16).permute(1, 0, 2), b, c    # products interleaved row by row
+    assert cl(7, _env(*loose)) is False and len(f.c) == n
+
+
 @pytest.mark.parametrize("tiles, k_steps, expect", [
     (144, 64, (132, 8)),     # 12 tiles past one wave: each split 8 ways, 96 units in the last round
     (160, 64, (132, 4)),     # 28 past: 4 ways (8 would need 224 units)

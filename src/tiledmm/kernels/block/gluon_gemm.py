@@ -464,7 +464,8 @@ class _ClassLaunch:
     class-launch protocol, ``__call__(stream, env) -> bool`` with ``env`` from ``fastlaunch.env``):
     a plain product (no bias or activation) whose sizes, strides and pointers come from each call.
     Returns False, launching nothing, where the call is not this specialisation's (another layout,
-    a C row stride Triton would specialise otherwise, a batch, sizes past 32 bits): the caller then
+    a C row stride Triton would specialise otherwise, sizes past 32 bits, a batch that cannot be
+    stacked or whose tiles would cross its products: ``_stacked``, ``batch_fits``): the caller then
     runs the variant, which binds that one.
 
     ``by_shape`` (where the class's config is the kernel's own model's, not a stored or timed one):
@@ -479,7 +480,7 @@ class _ClassLaunch:
             "t" if b_t else "n", c_key, flags, dev
         self.specs = specs      # a TAIL config's two specialisations: (split, plain twin)
         self.by_shape = by_shape    # (kind, output element size, reg, the specs' part after the config)
-        self.sizes: dict = {}       # by_shape: (M, N, K) -> its _Bound
+        self.sizes: dict = {}       # by_shape: (M, N, K, batch) -> its _Bound
         self.ready: dict = {}       # env -> (C launch, grid, arguments) of an unsplit launch made before
 
     def __call__(self, stream: int, env: tuple) -> bool:
@@ -487,13 +488,18 @@ class _ClassLaunch:
         if ready is not None:       # these very values launched before: the same arguments
             ready[0](ready[1], 1, 1, stream, *ready[2])
             return True
-        pa, pb, pc, M, N, K, _, sam, sak, _, sbk, sbn, _, scm, scn, alpha, beta, batch = env
-        if batch != 1 or scn != 1 or _int_key(scm) != self.c_key or (beta != 0.0, alpha == 1.0) != self.flags \
+        pa, pb, pc, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, alpha, beta, batch = env
+        if scn != 1 or _int_key(scm) != self.c_key or (beta != 0.0, alpha == 1.0) != self.flags \
                 or max(M, N, K) >= 2 ** 31 or _order_of((M, K), (sam, sak)) != self.a \
                 or _order_of((K, N), (sbk, sbn)) != self.b:
             return False
+        steps = (0, 0, 0)
+        if batch > 1:       # the products stacked along each operand's rows (_stack's rule), or not at all
+            steps = (_step(sab, self.a, M, K, sam, sak), _step(sbb, self.b, K, N, sbk, sbn), _step(scb, "n", M, N, scm, 1))
+            if None in steps or not steps[2] or batch * max(M, N, K) >= 2 ** 31:
+                return False
         if self.by_shape is not None:
-            bound = self.sizes.get((M, N, K)) or self._sized(M, N, K)
+            bound = self.sizes.get((M, N, K, batch)) or self._sized(M, N, K, batch)
             if bound is None:
                 return False        # that config's first call here: the variant's launch binds it
         else:
@@ -503,8 +509,10 @@ class _ClassLaunch:
                 bound = _bound.get(self.specs[0 if split else 1])
                 if not isinstance(bound, _Bound):
                     return False        # that build's first call: the variant's launch binds it
+        if batch > 1 and not batch_fits({"BLOCK_M": bound.bm, "BLOCK_K": bound.bk}, M, K):
+            return False
         grid, args, ws = bound.args(pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta,
-                                    self.dev, stream)
+                                    self.dev, stream, batch, steps)
         if ws is None:      # (a split launch's workspace is fresh each call)
             if len(self.ready) >= MAX_READY:
                 self.ready = {}
@@ -512,19 +520,32 @@ class _ClassLaunch:
         bound.launch(grid, 1, 1, stream, *args)
         return True
 
-    def _sized(self, M: int, N: int, K: int) -> _Bound | None:
-        """The bound specialisation of the model's config for (M, N, K) -- what ``launch`` picks for it
-        (``_full_config``, ``_plain_unless_split``) -- remembered; None where it is not bound yet."""
+    def _sized(self, M: int, N: int, K: int, batch: int = 1) -> _Bound | None:
+        """The bound specialisation of the model's config for (M, N, K, batch) -- what ``launch`` picks for
+        it (``_full_config``, ``_plain_unless_split``) -- remembered; None where it is not bound yet."""
         kind, out_esize, reg, rest = self.by_shape
         sms = self.bound.sms
-        config = _plain_unless_split(_pick(M, N, K, kind, sms, out_esize, reg), M, N, K, sms)
+        config = _plain_unless_split(_pick(M, N, K, kind, sms, out_esize, reg, batch), M, N, K, sms)
         bound = _bound.get((tuple(config.items()), *rest))
         if not isinstance(bound, _Bound):
             return None
         if len(self.sizes) >= MAX_SHAPES:
             self.sizes = {}
-        self.sizes[(M, N, K)] = bound
+        self.sizes[(M, N, K, batch)] = bound
         return bound
+
+
+def _step(batch_stride: int, order: str, rows: int, cols: int, s_rows: int, s_cols: int) -> int | None:
+    """An operand's row step between a batch's products in its stacked descriptor (``_stack``): 0 where
+    every product shares it, the rows of its matrix (or of its transpose) where the batch stride is one
+    matrix, None where it cannot be stacked."""
+    if batch_stride == 0:
+        return 0
+    if order == "n" and batch_stride == rows * s_rows:
+        return rows
+    if order == "t" and batch_stride == cols * s_cols:
+        return cols
+    return None
 
 
 def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: tuple) -> None:
@@ -614,19 +635,19 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     class launch for the short path (``_ClassLaunch``), or None where it was not bound (Gluon's own
     launcher, an undecided adapter). Without a ``config`` (the dispatcher's plan leaves it to this
     kernel's model) the class launch takes the model's config for each call's own size."""
-    if c.dim() != 2:
-        return None         # a batch: each call through launch (the class launch is 2-D's)
-    M, K = a.shape
-    N = b.shape[1]
+    st = _stacked(a, b, c)
+    if isinstance(st, str):
+        return None
+    batch, M, N, K, (a, b, c), _ = st
     sms = _num_sms()
     reg = operand_mode(a, b) != 0
     by_shape = not config
-    config = _full_config(config, M, N, K, a, c, sms, reg)
+    config = _full_config(config, M, N, K, a, c, sms, reg, batch)
     alpha, beta = float(alpha), float(beta)
     a_t, b_t = _order(a) == "t", _order(b) == "t"
     dev = c.get_device()
-    specs = [_spec(dict(config, TAIL=t), a, c, c, 0, "none", alpha, beta, a_t, b_t, c.stride(0), 0, max(M, N, K),
-                   dev, sms) for t in ((1, 0) if config.get("TAIL") else (0,))]
+    specs = [_spec(dict(config, TAIL=t), a, c, c, 0, "none", alpha, beta, a_t, b_t, c.stride(0), 0,
+                   max(*a.shape, *b.shape, *c.shape), dev, sms) for t in ((1, 0) if config.get("TAIL") else (0,))]
     bound = _bound.get(specs[0] if _plain_unless_split(config, M, N, K, sms) is config else specs[-1])
     if not isinstance(bound, _Bound):
         return None
