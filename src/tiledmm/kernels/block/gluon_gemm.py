@@ -44,8 +44,8 @@ operand's matrices are stacked along its rows in one 2-D descriptor (product p's
 its rows; a 2-D or broadcast operand: at 0), which needs each operand's batch stride to be one
 matrix (``_stacked``) and every tile to stay inside its product: M a multiple of BLOCK_M and K of
 BLOCK_K (a stacked tile past the end would read the next product's rows, not zeros); a bias (per
-column or per row) is every product's. Not done here (issue 24's later steps): stream-K, swap-AB, C read ahead, ping-pong
-consumers.
+column or per row) is every product's. Not done here (issue 24's later steps): stream-K, swap-AB,
+C read ahead, ping-pong consumers.
 
 Host cost of a call: the first call of each specialisation (config, dtypes, epilogue flags,
 layout) goes through Gluon's launcher (``kernel[grid](...)``: ~100-150 us, it compiles on first
@@ -187,20 +187,23 @@ def _order_of(shape, st):
 
 def _stack(t, rows: int, cols: int, batch: int):
     """One operand of a batch as one 2-D view and the row step between its products in the descriptor
-    (the view's rows for a row-major matrix, its transpose's for a column-major one; 0: the same matrix
-    for every product), or the reason it cannot be (a batch stride that is not one matrix)."""
+    (``_step``: the view's rows for a row-major matrix, its transpose's for a column-major one; 0: the same
+    matrix for every product), or the reason it cannot be (a batch stride that is not one matrix)."""
     if t.dim() == 2:
         return t, 0
-    if t.shape[0] == 1 or t.stride(0) == 0 or batch == 1:
+    if t.shape[0] == 1 or batch == 1:
         return t[0], 0
     sr, sc = t.stride(1), t.stride(2)
     o = _order_of((rows, cols), (sr, sc))
-    if o == "n" and t.stride(0) == rows * sr:        # matrices one under another: (batch x rows, cols)
-        return t.as_strided((batch * rows, cols), (sr, 1)), rows
-    if o == "t" and t.stride(0) == cols * sc:        # their transposes one under another: (rows, batch x cols)
-        return t.as_strided((rows, batch * cols), (1, sc)), cols
-    return (f"a batched operand {tuple(t.shape)} with strides {t.stride()}: one unit stride and a batch "
-            f"stride of one matrix"), 0
+    step = _step(t.stride(0), o, rows, cols, sr, sc)
+    if step is None:
+        return (f"a batched operand {tuple(t.shape)} with strides {t.stride()}: one unit stride and a batch "
+                f"stride of one matrix"), 0
+    if step == 0:
+        return t[0], 0
+    if o == "n":        # matrices one under another: (batch x rows, cols)
+        return t.as_strided((batch * rows, cols), (sr, 1)), step
+    return t.as_strided((rows, batch * cols), (1, sc)), step     # their transposes one under another
 
 
 def _stacked(a, b, c):
@@ -495,7 +498,8 @@ class _ClassLaunch:
             return False
         steps = (0, 0, 0)
         if batch > 1:       # the products stacked along each operand's rows (_stack's rule), or not at all
-            steps = (_step(sab, self.a, M, K, sam, sak), _step(sbb, self.b, K, N, sbk, sbn), _step(scb, "n", M, N, scm, 1))
+            steps = (_step(sab, self.a, M, K, sam, sak), _step(sbb, self.b, K, N, sbk, sbn),
+                     _step(scb, "n", M, N, scm, 1))
             if None in steps or not steps[2] or batch * max(M, N, K) >= 2 ** 31:
                 return False
         if self.by_shape is not None:
