@@ -210,6 +210,8 @@ def _stacked(a, b, c):
     """(batch, M, N, K, (a, b, c) as 2-D stacked views, (a, b, c) row steps) of a 2-D or batched
     product (``_stack``), or the reason it cannot run as one."""
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    if a.dim() == b.dim() == c.dim() == 2:      # one product: the operands as they are
+        return 1, M, N, K, (a, b, c), (0, 0, 0)
     batch = c.shape[0] if c.dim() == 3 else 1
     views, steps = [], []
     for t, rows, cols in ((a, M, K), (b, K, N), (c, M, N)):
@@ -426,9 +428,10 @@ class _Bound:
 
     def __call__(self, a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev, batch=1, steps=(0, 0, 0)) -> None:
         """(a, b, c): the 2-D views (stacked for a batch: ``_stacked``; sa, sb, sc their strides)."""
+        stream = current_stream()
         grid, args, ws = self.args(a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, sa, sb, sc, bias.data_ptr(),
-                                   sbias, alpha, beta, dev, current_stream(), batch, steps)
-        self.launch(grid, 1, 1, current_stream(), *args)
+                                   sbias, alpha, beta, dev, stream, batch, steps)
+        self.launch(grid, 1, 1, stream, *args)
         del ws          # a split launch's workspace: held until its launch is queued (args has its address only)
 
     def args(self, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta, dev,
