@@ -16,8 +16,10 @@ from .conftest import GPU
 
 @pytest.fixture
 def undecided(monkeypatch):
-    """The adapter as in a fresh process on a GPU (the decision made again, emulation off)."""
+    """The adapter as in a fresh process on a GPU (the decision made again, emulation off; no pass
+    kept from an earlier process: ``_verdict_path`` None)."""
     monkeypatch.setattr(_adapter, "_direct", None)
+    monkeypatch.setattr(_adapter, "_verdict_path", lambda: None)
     monkeypatch.setattr(_adapter, "_why_not", "")
     monkeypatch.setattr(_adapter._backend, "emulating", lambda: False)
     monkeypatch.setattr(_adapter, "_capturing", lambda: False)
@@ -93,6 +95,36 @@ def test_a_passing_self_test_turns_direct_launches_on_silently(undecided, monkey
         warnings.simplefilter("always")
         assert _adapter.triton_direct()
     assert not caught
+
+
+def test_a_pass_is_remembered_and_a_later_process_skips_the_self_test(undecided, monkeypatch, tmp_path):
+    """A passed self-test is kept on disk (``_verdict_path``); a later decision under the same
+    conditions reads it instead of testing; a failure is never kept, so it is tested again."""
+    import triton
+    monkeypatch.setattr(_adapter, "TRITON_CHECKED", (triton.__version__,))
+    path = tmp_path / "selftest-x.json"
+    monkeypatch.setattr(_adapter, "_verdict_path", lambda: path)
+    verdicts, tested = ["self-test launch 1 wrote wrong values", "", ""], []
+    monkeypatch.setattr(_adapter, "_self_test", lambda: tested.append(1) or verdicts[len(tested) - 1])
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert not _adapter.triton_direct() and not path.exists()      # failed: nothing kept
+        monkeypatch.setattr(_adapter, "_direct", None)                 # as a new process
+        assert _adapter.triton_direct() and path.read_text() == "passed" and len(tested) == 2
+        monkeypatch.setattr(_adapter, "_direct", None)
+        assert _adapter.triton_direct() and len(tested) == 2           # the kept pass: not tested again
+        path.write_text("junk")
+        monkeypatch.setattr(_adapter, "_direct", None)
+        assert _adapter.triton_direct() and len(tested) == 3           # not a pass: tested
+
+
+@pytest.mark.skipif(not GPU, reason="needs a GPU (the index is off in emulation)")
+def test_gpu_the_verdict_key_changes_with_the_conditions(monkeypatch):
+    import torch as t
+    first = _adapter._verdict_path()
+    assert first is not None and first.name.startswith("selftest-")
+    monkeypatch.setattr(t, "__version__", t.__version__ + "+other")
+    assert _adapter._verdict_path() != first
 
 
 @pytest.mark.skipif(GPU, reason="emulation only")
@@ -269,6 +301,20 @@ def test_tensordesc_launch_expands_descriptors_as_tritons_wrapper(monkeypatch):
     assert calls[0] == calls[1] and calls[0][15:20] == (8, 16, 16, 1, 5)
     # no tensor is kept alive by an expansion: only its pointer
     assert expand(0, 4096, [2, 3], [3, 1]) == [("map", 4096, (2, 3), (3, 1), 128), 2, 3, 3, 1]
+
+
+def test_tensordesc_launch_without_descriptors_trusts_the_index(monkeypatch):
+    """descs None (a kernel from the index, bound before): the same launch, no comparison -- but the
+    wrapper's body and the tensor-map metadata are still required."""
+    calls = []
+    metas = [{"swizzle": 128}, {"swizzle": 64}]
+    ck, raw = _td_compiled(_wrap_handle_tensordesc, metas, calls)
+    monkeypatch.setattr(_adapter, "_direct", True)
+    got = _adapter.tensordesc_launch(ck, None)
+    assert got is not None and got.launch is raw and got.metadata == metas
+    assert got.expand(1, 4096, [2, 3], [3, 1]) == [("map", 4096, (2, 3), (3, 1), 64), 2, 3, 3, 1]
+    assert _adapter.tensordesc_launch(_td_compiled(_other_wrapper, metas, calls)[0], None) is None
+    assert _adapter.tensordesc_launch(_td_compiled(_wrap_handle_tensordesc, [None, None], calls)[0], None) is None
 
 
 def test_tensordesc_launch_declines_what_it_does_not_know(monkeypatch):

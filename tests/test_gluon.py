@@ -223,7 +223,7 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False, bias=0, act=
                  HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"],
                  TAIL=cfg.get("TAIL", 0), LOADER_REGS=G.LOADER_REGS, BIAS=bias, ACT=act, num_warps=cfg["num_warps"])
     sig.update({k: "constexpr" for k in const})
-    assert tuple(sig) == K.RUNTIME + K.CONSTEXPRS == tuple(names)
+    assert tuple(sig) == G.PARAMS == tuple(names)
     src = GluonASTSource(K.gluon_ws_kernel, sig, {(names.index(k),): v for k, v in const.items()})
     try:
         return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})

@@ -67,7 +67,7 @@ class _Fake:
         monkeypatch.setattr(G, "_public", public)
         monkeypatch.setattr(G, "_from_index", lambda *a, **k: None)   # (tests/test_kernel_index.py: the index)
         td = G._adapter.TensorDescLaunch(raw, False, False, "fn", "packed", expand, metas,
-                                         params or kmod.RUNTIME + kmod.CONSTEXPRS)
+                                         params or G.PARAMS)
         monkeypatch.setattr(G._adapter, "tensordesc_launch", lambda ck, descs: td if direct else None)
         monkeypatch.setattr(G._adapter, "decided", lambda: decided)
         monkeypatch.setattr(G, "_bound", {})
@@ -286,7 +286,7 @@ def test_a_split_launchs_workspace_is_alive_when_its_launch_is_queued(monkeypatc
         raw(args)
     monkeypatch.setattr(G._adapter, "tensordesc_launch", lambda ck, descs: G._adapter.TensorDescLaunch(
         launch, False, False, "fn", "packed", lambda i, ptr, shape, strides: [("map", i, ptr), *shape, *strides],
-        [{"desc": i} for i in range(3)], G._kernel().RUNTIME + G._kernel().CONSTEXPRS))
+        [{"desc": i} for i in range(3)], G.PARAMS))
     cfg = G._c(64, 128, 64, 4, 6, split=4)
     a, b, c = _mats(300, 520, 264)
     for _ in range(3):

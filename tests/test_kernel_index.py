@@ -121,6 +121,37 @@ def test_a_changed_fingerprint_or_target_misses(index, monkeypatch):
     assert _adapter.index_key(fn, {"BLOCK": 64}, 4, 3, ("spec",)) is None
 
 
+def test_notes_are_required_and_a_source_stub_stands_for_the_function(index):
+    """An entry's notes (``remember_compiled(**notes)``) gate ``load_compiled(require=...)``; a
+    ``SourceStub`` (name and parameter names) builds the kernel without its JIT function; a string
+    source key (a file's hash) keys like a JIT function's ``cache_key``."""
+    key = _adapter.index_key("file-hash-1", {"BLOCK": 64}, 4, 3, ("spec",))
+    assert key is not None and key != _adapter.index_key("file-hash-2", {"BLOCK": 64}, 4, 3, ("spec",))
+    stub = _adapter.SourceStub(NAME, ["x_ptr", "n", "BLOCK"])
+    _adapter.remember_compiled(key, index)                                 # no notes
+    assert _adapter.load_compiled(key, stub, require={"bound": True}) is None
+    _adapter.remember_compiled(key, index, bound=False)
+    assert _adapter.load_compiled(key, stub, require={"bound": True}) is None
+    _adapter.remember_compiled(key, index, bound=True)
+    ck = _adapter.load_compiled(key, stub, require={"bound": True})
+    assert isinstance(ck, compiler.CompiledKernel) and ck.hash == HASH and ck.name == NAME
+    assert type(ck.src) is compiler.ASTSource and ck.src.fn is stub and ck.src.name == NAME
+    assert ck.src.signature == index.src.signature and ck.src.constants == {(2,): 64}
+    assert stub.launch_metadata is None                  # what CompiledKernel reads for launch hooks
+
+
+def test_the_gluon_kernels_index_key_needs_no_gluon_import():
+    """gluon-ws's lookup (its source key: the file's hash) imports neither its device code nor Gluon."""
+    import subprocess
+    import sys
+    code = ("import sys; from tiledmm.kernels.block import gluon_gemm as G; k = G._source_key(); "
+            "G._index_key((('BLOCK_M', 128),) + (0,) * 14 + (132,), {'num_warps': 8, 'num_stages': 4}); "
+            "print(k.startswith('gluon_kernel.py:'), 'tiledmm.kernels.block.gluon_kernel' in sys.modules, "
+            "'triton.experimental.gluon' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[-3:] == ["True", "False", "False"]
+
+
 def test_a_corrupt_entry_or_a_lost_cache_group_misses(index):
     fn = FakeJit()
     key = _adapter.index_key(fn, {"BLOCK": 64}, 4, 3, ("spec",))
@@ -170,7 +201,7 @@ def test_emulated_fastkernel_never_consults_the_index(monkeypatch):
 
 
 _COUNT_JIT = r"""
-import json, torch, triton, tiledmm
+import json, sys, torch, triton, tiledmm
 from triton.runtime import jit
 from triton.runtime.cache import triton_key
 runs = [0]
@@ -231,17 +262,18 @@ for M in (512, 300):                 # the second call: the bound launch, anothe
     gluon_gemm.launch(a, b, c, precision="none", config=gluon_gemm.heuristic(M, 384, 256, "16bit"))
     ref = a.double() @ b.double()
     ok = ok and bool(((c.double() - ref).norm() / ref.norm()) < 1e-2)
-print(json.dumps(dict(ok=ok, jit_runs=runs[0], triton_key=triton_key.cache_info().currsize > 0)))
+print(json.dumps(dict(ok=ok, jit_runs=runs[0], triton_key=triton_key.cache_info().currsize > 0,
+                      gluon="triton.experimental.gluon" in sys.modules)))
 """
 
 
 @pytest.mark.gpu
 def test_the_gluon_kernel_in_a_second_process_launches_without_the_jit(tmp_path):
     """gluon-ws's first call in a new process finds its kernel through the index too (Gluon's JIT
-    would compute triton_key: ~0.45 s), and launches it bound, right."""
+    would compute triton_key: ~0.45 s), and launches it bound, right, without importing Gluon."""
     from tiledmm.kernels.block import gluon_gemm
     if triton.__version__ not in _adapter.TRITON_CHECKED or not gluon_gemm._is_hopper():
         pytest.skip("the index and gluon-ws: Triton 3.6 on a Hopper GPU")
     first, second = _twice(tmp_path, _GLUON_CHILD)
-    assert first["ok"] and first["jit_runs"] >= 1
-    assert second == dict(ok=True, jit_runs=0, triton_key=False)
+    assert first["ok"] and first["jit_runs"] >= 1 and first["gluon"]
+    assert second == dict(ok=True, jit_runs=0, triton_key=False, gluon=False)   # not even imported

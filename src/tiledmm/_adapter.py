@@ -19,7 +19,8 @@ of Triton's Python launcher;
 ``CompiledKernel(src, group, hash)``    Triton 3.6.0 (CUDA)        Triton's JIT (computes
 built from ``get_cache_manager(hash)``                             ``triton_key``, ~0.45 s once)
 ``.get_group``; ``ASTSource(fn, sig,
-constants, attrs)``; ``fn.cache_key``
+constants, attrs)`` (``fn`` may be a
+``SourceStub``); ``fn.cache_key``
 (the kernel index, below)
 the C launch inside Triton's           Triton 3.6.0 (CUDA)        ``kernel[grid](...)`` (public;
 ``wrap_handle_tensordesc`` (its                                    gluon_gemm, one warning)
@@ -36,14 +37,17 @@ pointer (``MemoryPointer``, ``owner``)
 =====================================  =========================  ===================================
 
 Triton's launch shortcuts are used only after a *self-test* on first use: a tiny kernel is
-launched through the public path and through both private forms, and its output checked. On a
+launched through the public path and through both private forms, and its output checked. A pass
+is remembered beside the kernel index, keyed by Triton's fingerprint, torch, the driver and the GPU
+(``_verdict_path``): a later process under the same conditions skips the test; a failure is never
+remembered. On a
 Triton version not in ``TRITON_CHECKED``, or where the self-test fails, tiledmm warns once and
 launches through ``kernel[grid](...)`` for the rest of the process (correct, some microseconds
 slower per call). Nothing here imports Triton, torch or numba at import time.
 
 Where direct launches are on, tiledmm also keeps its own *kernel index* (``index_key``,
-``remember_compiled``, ``load_compiled``; the folder ``kernels/`` in tiledmm's cache folder,
-``tuning.cache_dir()``): a kernel compiled in one process is found in the next from Triton's disk
+``remember_compiled``, ``load_compiled``; the folder ``tiledmm-index/`` in Triton's cache folder,
+cleared with it): a kernel compiled in one process is found in the next from Triton's disk
 cache without Triton's JIT, whose first lookup of a process computes ``triton_key`` (a hash of
 libtriton.so and Triton's sources, ~0.45 s). Triton's own key is never replaced. Any miss or
 error takes the JIT as before. ``TILEDMM_KERNEL_INDEX=off`` turns the index off.
@@ -94,16 +98,61 @@ def _decide() -> bool:
     import triton
     if triton.__version__ not in TRITON_CHECKED:
         _why_not = f"Triton {triton.__version__} is not among the versions checked {list(TRITON_CHECKED)}"
-    else:
+    elif not _passed_before():
         try:
             _why_not = _self_test()
         except Exception as e:   # noqa: BLE001  whatever a changed launcher raises, the public path stays
             _why_not = f"self-test raised {type(e).__name__}: {str(e)[:200]}"
+        if not _why_not:
+            _remember_pass()
     if _why_not:
         warnings.warn(f"tiledmm: {_why_not}; launching Triton kernels through kernel[grid](...) instead "
                       "(correct, a few microseconds slower per call)", RuntimeWarning, stacklevel=3)
         return False
     return True
+
+
+def _verdict_path():
+    """Where a passed self-test is remembered: beside the kernel index, keyed by Triton's fingerprint
+    (version, install and files: its launcher's source among them), torch's version and CUDA, the GPU
+    and the driver -- whatever could make the launch it checks behave differently. None where the
+    index is off or a part cannot be had."""
+    try:
+        if not _index_on():
+            return None
+        import hashlib
+
+        import torch
+        driver = getattr(torch._C, "_cuda_getDriverVersion", lambda: None)()
+        parts = (triton_fingerprint(), torch.__version__, torch.version.cuda, driver, gpu_target(),
+                 torch.cuda.get_device_name())
+        return _index_path("selftest-" + hashlib.sha256(repr(parts).encode()).hexdigest())
+    except Exception:   # noqa: BLE001  no verdict kept: the self-test runs
+        return None
+
+
+def _passed_before() -> bool:
+    """Whether the self-test passed in an earlier process under the same conditions (``_verdict_path``):
+    then this process skips it (~0.07 s of a first call: the probe's load, three launches, a sync)."""
+    path = _verdict_path()
+    try:
+        return path is not None and path.read_text() == "passed"
+    except OSError:
+        return False
+
+
+def _remember_pass() -> None:
+    path = _verdict_path()
+    if path is None:
+        return
+    import os
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text("passed")
+        os.replace(tmp, path)
+    except OSError:     # a read-only cache folder: the next process tests again
+        pass
 
 
 def decided() -> bool:
@@ -251,7 +300,10 @@ def tensordesc_launch(ck, descs) -> TensorDescLaunch | None:
     """The ``TensorDescLaunch`` of CompiledKernel ``ck`` whose descriptor arguments, in order, were
     ``descs`` (Gluon's TensorDescriptor objects of a call just made through ``kernel[grid]``), or
     None: where direct launches are off, the kernel needs global or profiling scratch, or anything
-    differs from Triton 3.6's form (the caller launches through ``kernel[grid](...)``)."""
+    differs from Triton 3.6's form (the caller launches through ``kernel[grid](...)``). ``descs``
+    None: the stand-ins' expansion is not compared again -- for a kernel from the index whose entry
+    notes that it was bound in an earlier process (the comparison depends only on Triton's files and
+    the kernel's tensor-map metadata, both in the index key)."""
     direct = c_launch(ck)
     if direct is None or direct[3]:
         return None
@@ -263,13 +315,13 @@ def tensordesc_launch(ck, descs) -> TensorDescLaunch | None:
             return None
         cells = dict(zip(code.co_freevars, (c.cell_contents for c in inner.__closure__)))
         raw, metas, make = cells["launcher"], list(cells["tensordesc_meta"]), inner.__globals__["make_tensordesc_arg"]
-        if len(metas) != len(descs) or any(m is None for m in metas):
+        if (descs is not None and len(metas) != len(descs)) or any(m is None for m in metas):
             return None                 # descriptors not lowered to tensor maps: another expansion
 
         def expand(i: int, ptr: int, shape, strides) -> list:
             return make(_Desc(ptr, shape, strides), metas[i])
 
-        for i, d in enumerate(descs):   # the stand-in's expansion is Triton's for the real descriptor
+        for i, d in enumerate(descs or ()):     # the stand-in's expansion is Triton's for the real descriptor
             real, mine = make(d, metas[i]), expand(i, d.base.data_ptr(), d.shape, d.strides)
             if len(real) != len(mine) or type(real[0]) is not type(mine[0]) or \
                     [int(x) for x in real[1:]] != [int(x) for x in mine[1:]]:
@@ -347,7 +399,8 @@ def gpu_target() -> tuple:
 def index_key(fn, meta: dict, num_warps: int, num_stages: int, spec) -> str | None:
     """tiledmm's key of one specialisation of JIT function ``fn`` (None where the index is off or a
     part cannot be had). ``spec``: what the launch's runtime arguments specialise on (any value with a
-    stable repr)."""
+    stable repr). ``fn`` may instead be a string that stands for its source: a hash of the whole file
+    that defines it (a kernel whose module should not be imported just to look it up: gluon-ws)."""
     if not _index_on():
         return None
     try:
@@ -356,8 +409,8 @@ def index_key(fn, meta: dict, num_warps: int, num_stages: int, spec) -> str | No
         from triton._C.libtriton import get_cache_invalidating_env_vars
         if knobs.compilation.always_compile:
             return None
-        parts = (fn.cache_key, sorted(meta.items()), num_warps, num_stages, spec, gpu_target(), triton_fingerprint(),
-                 sorted(get_cache_invalidating_env_vars().items()), fn.debug, knobs.runtime.debug,
+        parts = (fn if isinstance(fn, str) else fn.cache_key, sorted(meta.items()), num_warps, num_stages, spec, gpu_target(), triton_fingerprint(),
+                 sorted(get_cache_invalidating_env_vars().items()), getattr(fn, "debug", None), knobs.runtime.debug,
                  knobs.compilation.instrumentation_mode)
         return hashlib.sha256(repr(parts).encode()).hexdigest()
     except Exception:   # noqa: BLE001  a changed Triton: no index, the JIT as before
@@ -394,9 +447,22 @@ def _decode(d):
     return d["v"]
 
 
-def remember_compiled(key: str | None, ck) -> None:
+class SourceStub:
+    """What a CompiledKernel built from the index reads of its JIT function -- its name, its parameters'
+    names, no launch-metadata hook -- standing in for the function, so that the module defining it
+    need not be imported (Gluon's import: ~0.14 s of a first call). ``load_compiled`` then builds a
+    plain ``ASTSource`` (the launch reads only the signature and constants of its source)."""
+    launch_metadata = None
+
+    def __init__(self, name: str, arg_names):
+        self.__name__, self.arg_names = name, list(arg_names)
+
+
+def remember_compiled(key: str | None, ck, **notes) -> None:
     """Record the CompiledKernel ``ck`` under ``key`` (atomic write; another process writing the same
-    key writes the same). Nothing where the key is None or ``ck`` has a constant JSON cannot hold."""
+    key writes the same), with the caller's ``notes`` (JSON values: facts about the kernel that
+    ``load_compiled(require=...)`` can ask for). Nothing where the key is None or ``ck`` has a
+    constant JSON cannot hold."""
     if key is None or ck is None:
         return
     import json
@@ -407,7 +473,7 @@ def remember_compiled(key: str | None, ck) -> None:
                  "source": [type(src).__module__, type(src).__qualname__],
                  "signature": dict(src.signature),
                  "constants": [[list(k), _encode(v)] for k, v in src.constants.items()],
-                 "attrs": [[list(k), v] for k, v in src.attrs.items()]}
+                 "attrs": [[list(k), v] for k, v in src.attrs.items()], "notes": notes}
         text = json.dumps(entry)
         path = _index_path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -418,22 +484,29 @@ def remember_compiled(key: str | None, ck) -> None:
         pass
 
 
-def load_compiled(key: str | None, fn=None):
+def load_compiled(key: str | None, fn=None, require: dict | None = None):
     """The CompiledKernel recorded under ``key``, built from Triton's cache entry (its handles loaded
-    on the current device), without Triton's JIT; None where there is none or anything is amiss.
-    ``fn``: the JIT function the entry belongs to (its source object refers to it)."""
+    on the current device), without Triton's JIT; None where there is none, its notes lack an item of
+    ``require``, or anything is amiss. ``fn``: the JIT function the entry belongs to (its source object
+    refers to it), or a ``SourceStub`` for it."""
     if key is None:
         return None
     import importlib
     import json
     try:
         entry = json.loads(_index_path(key).read_text())
+        notes = entry.get("notes") or {}
+        if any(notes.get(k) != v for k, v in (require or {}).items()):
+            return None
         from triton.compiler import compiler
         from triton.runtime.cache import get_cache_manager
         module, qualname = entry["source"]
         if not module.startswith("triton."):
             return None
-        source = getattr(importlib.import_module(module), qualname)
+        if isinstance(fn, SourceStub):
+            source = compiler.ASTSource
+        else:
+            source = getattr(importlib.import_module(module), qualname)
         name = entry["name"]
         group = get_cache_manager(entry["hash"]).get_group(f"{name}.json")
         if not group or f"{name}.json" not in group:

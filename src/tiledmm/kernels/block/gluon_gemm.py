@@ -320,12 +320,29 @@ _kernel_module = None
 
 
 def _kernel():
-    """gluon_kernel (the device code), imported on first use."""
+    """gluon_kernel (the device code), imported on first use (not for a kernel found in the index)."""
     global _kernel_module
     if _kernel_module is None:
         from . import gluon_kernel
         _kernel_module = gluon_kernel
     return _kernel_module
+
+
+# gluon_ws_kernel's parameters in order, as compiled (a CPU test holds them to the kernel's signature): the bound launch builds its arguments by them, known without importing Gluon
+PARAMS = ("a_desc", "b_desc", "c_desc", "c_ptr", "stride_cm", "bias_ptr", "stride_bias", "ws_ptr", "cnt_ptr",
+          "M", "N", "K", "batch", "a_step", "b_step", "c_step", "tail_at", "tail_split", "alpha", "beta",
+          "STAGES", "A_T", "B_T", "GROUP_M", "NUM_SMS", "HAS_BETA", "ALPHA_ONE", "EPI_SPLIT", "SPLIT_K",
+          "TAIL", "LOADER_REGS", "BIAS", "ACT", "num_warps")
+
+
+@functools.lru_cache(maxsize=None)
+def _source_key() -> str:
+    """The kernel index's stand-in for ``gluon_ws_kernel.cache_key``: a hash of gluon_kernel.py, the file
+    that holds the kernel and every function it calls but Triton's (which the index key's Triton
+    fingerprint covers) -- read, not imported."""
+    import hashlib
+    from pathlib import Path
+    return "gluon_kernel.py:" + hashlib.sha256(Path(__file__).with_name("gluon_kernel.py").read_bytes()).hexdigest()
 
 
 def _int_key(v: int) -> int:
@@ -560,10 +577,9 @@ def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: 
     and the compiled signature is the kernel's, else _PUBLIC (one warning where direct launches
     are on but this kernel's launcher is not the known one). Nothing while undecided (a capture)."""
     global _warned
-    kmod = _kernel()
     td = _adapter.tensordesc_launch(ck, descs) if ck is not None else None
     if td is not None:
-        if td.params == kmod.RUNTIME + kmod.CONSTEXPRS:
+        if td.params == PARAMS:
             has_beta, alpha_one, bias_mode, act = flags      # the constexprs (passed, not read, by the C launch)
             consts = (config["num_stages"], a_t, b_t, config["GROUP_M"], sms, has_beta, alpha_one,
                       config.get("EPI_SPLIT", 1), config.get("SPLIT_K", 1), config.get("TAIL", 0), LOADER_REGS,
@@ -582,22 +598,23 @@ def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: 
 
 def _index_key(spec: tuple, config: dict):
     """tiledmm's kernel-index key of a specialisation (``_adapter.index_key``): ``spec`` but the
-    device index (the GPU target stands for it), with the loader's registers."""
-    return _adapter.index_key(_kernel().gluon_ws_kernel, {"LOADER_REGS": LOADER_REGS}, config["num_warps"],
+    device index (the GPU target stands for it), with the loader's registers; the kernel's source
+    by ``_source_key`` (no Gluon import)."""
+    return _adapter.index_key(_source_key(), {"LOADER_REGS": LOADER_REGS}, config["num_warps"],
                               config["num_stages"], spec[:-2] + (spec[-1],))
 
 
 def _from_index(spec, a, b, c, config, sms, a_t, b_t, flags):
-    """A specialisation compiled by an earlier process, found through tiledmm's kernel index
-    (no Gluon JIT, no ``triton_key``) and bound: its _Bound, or None (not there, or not bindable:
-    then Gluon's own launch compiles or finds it)."""
-    ck = _adapter.load_compiled(_index_key(spec, config), _kernel().gluon_ws_kernel)
+    """A specialisation compiled and bound by an earlier process, found through tiledmm's kernel index
+    and bound again: no Gluon import, no JIT, no ``triton_key``. Its _Bound, or None (not there, or
+    not bindable: then Gluon's own launch compiles or finds it)."""
+    ck = _adapter.load_compiled(_index_key(spec, config), _adapter.SourceStub("gluon_ws_kernel", PARAMS),
+                                require={"bound": True})
     if ck is None:
         return None
     plan = descriptor_plan(a, b, c, config, sms)
-    descs = [_kernel().descriptor(*plan[x]) for x in "abc"]
     _scratch(c.get_device(), plan["counters"], 0)      # the kept stand-ins and counters the bound launch reads
-    _bind(spec, ck, descs, config, sms, a_t, b_t, flags)
+    _bind(spec, ck, None, config, sms, a_t, b_t, flags)
     bound = _bound.get(spec)
     if isinstance(bound, _Bound):
         return bound
@@ -699,7 +716,8 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
                 if bound is None:
                     ck, descs = _public(*given, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)
                     _bind(spec, ck, descs, config, sms, a_t, b_t, flags)
-                    _adapter.remember_compiled(_index_key(spec, config), ck)
+                    _adapter.remember_compiled(_index_key(spec, config), ck,
+                                               bound=isinstance(_bound.get(spec), _Bound))
                     return
     if bound is _PUBLIC:
         _public(*given, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act)

@@ -25,11 +25,6 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 _cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier     # 3.6's name, later gl.barrier
 _GL = {"torch.bfloat16": gl.bfloat16, "torch.float16": gl.float16, "torch.float32": gl.float32}
 
-# the kernel's parameters in order (gluon_gemm's direct launch builds its argument list by them)
-RUNTIME = ("a_desc", "b_desc", "c_desc", "c_ptr", "stride_cm", "bias_ptr", "stride_bias", "ws_ptr", "cnt_ptr",
-           "M", "N", "K", "batch", "a_step", "b_step", "c_step", "tail_at", "tail_split", "alpha", "beta")
-CONSTEXPRS = ("STAGES", "A_T", "B_T", "GROUP_M", "NUM_SMS", "HAS_BETA", "ALPHA_ONE", "EPI_SPLIT", "SPLIT_K",
-              "TAIL", "LOADER_REGS", "BIAS", "ACT", "num_warps")
 TAIL_CHUNKS = gl.constexpr(8)     # a tail tile's rows fall in this many chunks, shared out among its split units
 
 
