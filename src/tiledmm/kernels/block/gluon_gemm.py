@@ -111,22 +111,28 @@ def _units(tiles: int, k_steps: int, sms: int, split: int, tail: int) -> tuple[i
 # tiles for products with few tiles. tf32: 4-byte operands, half the K per stage; split-K (SPLIT_K
 # units per tile, fixed up in the kernel) only where it won on the H100 (tf32, one row of tiles):
 # in 16-bit it lost to the best unsplit tile on every shape measured (docs/measurements/session7_gluon_kernel_h100.log).
+# 16-bit 128x128 keeps 5 stages in flight: 3-10 % faster than 4 on products of many K-steps per tile
+# (256x13824x5120 81 -> 75 us, 256x5120^2 34 -> 31), 4 % at 4096^3-8192^3 (session16_sweep_gluon_bf16_run*_h100.json).
 CONFIGS = {
-    "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2, tail=1), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 4),
+    "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2, tail=1), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 5),
               _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8)],
     "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2),
              _c(64, 128, 32, 4, 6, split=2), _c(256, 128, 32, 8, 3, epi=2)],
 }
-# TFLOP/s of each tile on large square products (H100, scripts/bench_gluon.py): the no-timing
-# pick's model of a full wave; SPLIT_COST: a split unit's extra time (partial out, fix-up in),
-# split only where the units fit in one wave
-RATE = {(128, 256, 2): 720, (128, 256, 1): 704, (128, 128, 1): 652, (64, 256, 1): 638,
+# TFLOP/s of each tile on large square products (H100, scripts/bench_gluon.py; 128x128 at 5 stages: session
+# 16's sweep at 4096^3 and 8192^3): the no-timing pick's model of a full wave; SPLIT_COST: a split unit's extra
+# time (partial out, fix-up in), split only where the units fit in one wave
+RATE = {(128, 256, 2): 720, (128, 256, 1): 704, (128, 128, 1): 660, (64, 256, 1): 638,
         (64, 128, 1): 543, (64, 64, 1): 400}
 RATE_TF32 = {(128, 128, 1): 315, (64, 128, 1): 266, (128, 256, 2): 355}
 # tf32 with an operand in registers (a row-major B, or an M-major A): the rates of B row-major at
 # 4096^3-8192^3 (scripts/bench_gluon_tf32.py, H100); 256x128 only here, where wgmma's n is BLOCK_M = 256
 RATE_TF32_REG = {(256, 128, 2): 355, (128, 256, 2): 297, (128, 128, 1): 308, (64, 128, 1): 212}
 SPLIT_COST = 1.6
+# configs modelled within this factor of the fastest count as a tie, which the largest tile wins (fewer bytes per
+# flop, which the model leaves out). 1.10 until session 16: 512x4096x11008 16-bit then took 128x256 (modelled 7 %
+# slower than 128x128 at 5 stages) at 84-91 us against 128x128's 79-80 (session16_sweep_gluon_bf16_run*_h100.json)
+NEAR = 1.05
 # TAIL (the last partial wave's tiles split along K, tail_plan): that round costs about TAIL_ROUND + 1/split
 # of a tile's round (H100, 16-bit 128x256, scripts/bench_gluon_tail.py: 0.43 at split 8, 0.64 at 4, 0.65
 # at 2). A launch with nothing to split runs the plain kernel (TAIL = 0): the TAIL build measured 3-6 %
@@ -144,7 +150,7 @@ def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int 
               batch: int = 1) -> dict:
     """The config a no-timing pick takes. Model: waves of tiles over the SMs, each wave as long as
     one tile at its measured rate (RATE; tf32 with an operand in registers, ``reg``: RATE_TF32_REG);
-    among configs within 10% of the best modelled time the largest tile wins (it moves fewer bytes
+    among configs within NEAR (5 %) of the best modelled time the largest tile wins (it moves fewer bytes
     per flop, which the model leaves out). Configs without a measured rate or over SMEM_LIMIT are
     skipped, split-K ones unless all their units fit in one wave with >= 4 K-steps each; for a batch
     (``batch`` products), those whose tiles would cross from one product into the next (``batch_fits``)."""
@@ -168,7 +174,7 @@ def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int 
         cost = SPLIT_COST if split > 1 else 1.0
         timed.append((cdiv(units, sms) * tile / split * cost, cfg))
     fastest = min(t for t, _ in timed)
-    near = [(cfg["BLOCK_M"] * cfg["BLOCK_N"], -cfg["SPLIT_K"], -t, cfg) for t, cfg in timed if t <= 1.1 * fastest]
+    near = [(cfg["BLOCK_M"] * cfg["BLOCK_N"], -cfg["SPLIT_K"], -t, cfg) for t, cfg in timed if t <= NEAR * fastest]
     return dict(max(near, key=lambda x: x[:3])[3])
 
 
