@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,6 +151,11 @@ def test_the_gluon_kernels_index_key_needs_no_gluon_import():
             "'triton.experimental.gluon' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split()[-3:] == ["True", "False", "False"]
+    # the key hashes gluon_kernel.py alone: the kernel must call nothing of tiledmm's from another file
+    import re
+    from tiledmm.kernels.block import gluon_gemm as G
+    text = Path(G.__file__).with_name("gluon_kernel.py").read_text()
+    assert not re.search(r"^\s*(from\s+\.|from\s+tiledmm|import\s+tiledmm)", text, re.M)
 
 
 def test_a_corrupt_entry_or_a_lost_cache_group_misses(index):

@@ -334,7 +334,8 @@ def _kernel():
     return _kernel_module
 
 
-# gluon_ws_kernel's parameters in order, as compiled (a CPU test holds them to the kernel's signature): the bound launch builds its arguments by them, known without importing Gluon
+# gluon_ws_kernel's parameters in order, as compiled (a CPU test holds them to the kernel's signature): the bound
+# launch builds its arguments by them, known without importing Gluon
 PARAMS = ("a_desc", "b_desc", "c_desc", "c_ptr", "stride_cm", "bias_ptr", "stride_bias", "ws_ptr", "cnt_ptr",
           "M", "N", "K", "batch", "a_step", "b_step", "c_step", "tail_at", "tail_split", "alpha", "beta",
           "STAGES", "A_T", "B_T", "GROUP_M", "NUM_SMS", "HAS_BETA", "ALPHA_ONE", "EPI_SPLIT", "SPLIT_K",
@@ -345,7 +346,7 @@ PARAMS = ("a_desc", "b_desc", "c_desc", "c_ptr", "stride_cm", "bias_ptr", "strid
 def _source_key() -> str:
     """The kernel index's stand-in for ``gluon_ws_kernel.cache_key``: a hash of gluon_kernel.py, the file
     that holds the kernel and every function it calls but Triton's (which the index key's Triton
-    fingerprint covers) -- read, not imported."""
+    fingerprint covers; a CPU test keeps the file free of imports from tiledmm) -- read, not imported."""
     import hashlib
     from pathlib import Path
     return "gluon_kernel.py:" + hashlib.sha256(Path(__file__).with_name("gluon_kernel.py").read_bytes()).hexdigest()

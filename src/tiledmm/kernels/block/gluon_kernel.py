@@ -1,7 +1,9 @@
 """The device code of variant 'gluon-ws' (``gluon_gemm.py`` is its host side and says how it works).
 
-Imported by ``gluon_gemm`` on the first launch only: importing ``triton.experimental.gluon`` costs
-about 0.12 s, which a process that never launches this kernel should not pay.
+Imported by ``gluon_gemm`` only to compile or launch through Gluon (a kernel found in tiledmm's kernel
+index is launched without it): importing ``triton.experimental.gluon`` costs 0.1-0.15 s, which a first
+call should not pay. The index keys this file by its bytes (``gluon_gemm._source_key``), so everything the
+kernel calls but Triton stays in this file.
 
 ``gluon_ws_kernel``: a persistent, warp-specialised Hopper GEMM (a 1-warp TMA loader partition,
 one or two consumer warpgroups issuing async wgmma), split-K in one kernel, and the fused
