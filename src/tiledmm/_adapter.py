@@ -40,10 +40,9 @@ Triton's launch shortcuts are used only after a *self-test* on first use: a tiny
 launched through the public path and through both private forms, and its output checked. A pass
 is remembered beside the kernel index, keyed by Triton's fingerprint, torch, the driver and the GPU
 (``_verdict_path``): a later process under the same conditions skips the test; a failure is never
-remembered. On a
-Triton version not in ``TRITON_CHECKED``, or where the self-test fails, tiledmm warns once and
-launches through ``kernel[grid](...)`` for the rest of the process (correct, some microseconds
-slower per call). Nothing here imports Triton, torch or numba at import time.
+remembered. On a Triton version not in ``TRITON_CHECKED``, or where the self-test fails, tiledmm
+warns once and launches through ``kernel[grid](...)`` for the rest of the process (correct, some
+microseconds slower per call). Nothing here imports Triton, torch or numba at import time.
 
 Where direct launches are on, tiledmm also keeps its own *kernel index* (``index_key``,
 ``remember_compiled``, ``load_compiled``; the folder ``tiledmm-index/`` in Triton's cache folder,
@@ -98,13 +97,16 @@ def _decide() -> bool:
     import triton
     if triton.__version__ not in TRITON_CHECKED:
         _why_not = f"Triton {triton.__version__} is not among the versions checked {list(TRITON_CHECKED)}"
-    elif not _passed_before():
+    elif not _passed_before(verdict := _verdict_path()):
         try:
             _why_not = _self_test()
         except Exception as e:   # noqa: BLE001  whatever a changed launcher raises, the public path stays
             _why_not = f"self-test raised {type(e).__name__}: {str(e)[:200]}"
-        if not _why_not:
-            _remember_pass()
+        if not _why_not and verdict is not None:
+            try:
+                _write_atomic(verdict, "passed")
+            except OSError:     # a read-only cache folder: the next process tests again
+                pass
     if _why_not:
         warnings.warn(f"tiledmm: {_why_not}; launching Triton kernels through kernel[grid](...) instead "
                       "(correct, a few microseconds slower per call)", RuntimeWarning, stacklevel=3)
@@ -131,28 +133,24 @@ def _verdict_path():
         return None
 
 
-def _passed_before() -> bool:
-    """Whether the self-test passed in an earlier process under the same conditions (``_verdict_path``):
-    then this process skips it (~0.07 s of a first call: the probe's load, three launches, a sync)."""
-    path = _verdict_path()
+def _passed_before(path) -> bool:
+    """Whether the self-test passed in an earlier process under the same conditions (``path``: its
+    ``_verdict_path``): then this process skips it (~0.07 s of a first call: the probe's load, three
+    launches, a sync)."""
     try:
         return path is not None and path.read_text() == "passed"
     except OSError:
         return False
 
 
-def _remember_pass() -> None:
-    path = _verdict_path()
-    if path is None:
-        return
+def _write_atomic(path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file of this process and thread,
+    then renamed over it): another process reads the old file or the new one. Raises OSError."""
     import os
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text("passed")
-        os.replace(tmp, path)
-    except OSError:     # a read-only cache folder: the next process tests again
-        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def decided() -> bool:
@@ -466,7 +464,6 @@ def remember_compiled(key: str | None, ck, **notes) -> None:
     if key is None or ck is None:
         return
     import json
-    import os
     try:
         src = ck.src
         entry = {"hash": ck.hash, "name": ck.name,
@@ -474,12 +471,7 @@ def remember_compiled(key: str | None, ck, **notes) -> None:
                  "signature": dict(src.signature),
                  "constants": [[list(k), _encode(v)] for k, v in src.constants.items()],
                  "attrs": [[list(k), v] for k, v in src.attrs.items()], "notes": notes}
-        text = json.dumps(entry)
-        path = _index_path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        _write_atomic(_index_path(key), json.dumps(entry))
     except Exception:   # noqa: BLE001  (a read-only cache folder, an odd constant): not remembered
         pass
 
