@@ -12,6 +12,7 @@ first; repeated calls on new pointers and shapes through the bound C launch, thr
 import os
 import re
 import threading
+import types
 
 import pytest
 import torch
@@ -170,6 +171,63 @@ def test_heuristic_splits_the_tail_only_where_a_partial_wave_splits(M, N, K, tai
     assert bool(cfg["TAIL"] and G.tail_plan(tiles, -(-K // cfg["BLOCK_K"]), 132)[1] > 1) == tail
     # the launch takes the plain build where nothing splits
     assert G._plain_unless_split(cfg, M, N, K, 132)["TAIL"] == int(tail)
+
+
+def test_plain_unless_split_counts_a_batchs_tiles():
+    """The launch's choice between the TAIL build and its plain twin counts every tile of the launch, as the
+    split does (``_units``): one 768x2816 product is 66 tiles of 128x256 (a partial wave, split 2 ways); two
+    are 132, one whole wave (nothing to split: the plain build)."""
+    cfg = G.CONFIGS["16bit"][0]
+    assert cfg["TAIL"] and G._units(66, 64, 132, 1, 1)[1] == 2 and G._units(132, 64, 132, 1, 1)[1] == 1
+    assert G._plain_unless_split(cfg, 768, 2816, 4096, 132)["TAIL"] == 1
+    assert G._plain_unless_split(cfg, 768, 2816, 4096, 132, batch=2)["TAIL"] == 0
+
+
+def _python(fn, **names):
+    """A @gluon.jit function's own Python function, to run on Python ints: the module's other Gluon
+    functions as their Python functions too, ``names`` for the rest (e.g. ``gl``)."""
+    glb = dict(fn.fn.__globals__, **names)
+    for k, v in list(glb.items()):
+        if type(v).__name__ in ("JITFunction", "GluonJITFunction") and hasattr(v, "fn"):
+            glb[k] = types.FunctionType(v.fn.__code__, glb, v.fn.__name__, v.fn.__defaults__)
+    return glb[fn.fn.__name__]
+
+
+@pytest.mark.parametrize("M, N, K, batch, split, tail", [
+    (1100, 4096, 4096, 1, 1, 1),     # 144 tiles of 128x256: 12 past one wave, split 8 ways
+    (1300, 1000, 700, 1, 1, 1),      # ragged: 44 tiles, 11 K-steps
+    (256, 4096, 640, 3, 1, 1),       # a batch of 3: 96 tiles, split 2 ways over 10 K-steps
+    (640, 4096, 4096, 1, 1, 0),      # the plain build: a unit a tile
+    (200, 1000, 1000, 2, 4, 0),      # split-K: 4 units a tile, the last one short (16 K-steps)
+    (300, 520, 264, 1, 3, 0),        # split-K 3 ways over 5 K-steps: the last unit short
+])
+def test_the_kernels_work_units_cover_every_k_step_of_every_tile_once(M, N, K, batch, split, tail):
+    """The kernel's own unit mapping (``gluon_kernel._units``, ``_unit``, ``_tile_coords``, run in Python on the
+    host's plan, ``_units``): the persistent programs' units compute every K-step of every output tile of every
+    product exactly once, each tile's (product, pid_m, pid_n) is a distinct block inside its product, and a tail
+    tile's split units are adjacent and share it out as ``tail_split`` even parts."""
+    pytest.importorskip("triton.experimental.gluon")
+    from tiledmm.kernels.block import gluon_kernel as GK
+    cfg = G.CONFIGS["16bit"][0]
+    bm, bn, bk, sms, group = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], 132, cfg["GROUP_M"]
+    npm, npn, kt = -(-M // bm), -(-N // bn), -(-K // bk)
+    tiles = npm * npn * batch
+    tail_at, tail_split, units = G._units(tiles, kt, sms, split, tail)
+    gl = types.SimpleNamespace(cdiv=lambda x, y: -(-x // y))
+    unit_of = _python(GK._unit, gl=gl)
+    assert _python(GK._units, gl=gl)(npm, npn, batch, tail_at, tail_split, split, tail) == units
+    done, blocks = {}, {}
+    for p in range(min(sms, units)):
+        for u in range(p, units, sms):                  # program p's units, as the persistent loop walks them
+            tile, product, pid_m, pid_n, lo, hi = unit_of(u, npm, npn, kt, tail_at, tail_split, group, split, tail)
+            assert 0 <= product < batch and 0 <= pid_m < npm and 0 <= pid_n < npn and 0 <= lo < hi <= kt
+            assert blocks.setdefault(tile, (product, pid_m, pid_n)) == (product, pid_m, pid_n)
+            if tail and u >= tail_at:
+                assert hi - lo <= -(-kt // tail_split)
+            for k in range(lo, hi):
+                assert (tile, k) not in done
+                done[(tile, k)] = u
+    assert len(done) == tiles * kt and len(set(blocks.values())) == tiles
 
 
 def test_operand_mode_is_the_kernels():

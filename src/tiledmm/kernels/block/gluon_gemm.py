@@ -536,7 +536,7 @@ class _ClassLaunch:
         else:
             bound = self.bound
             if len(self.specs) == 2:     # a TAIL config: the call's wave decides which build runs (_plain_unless_split)
-                split = tail_plan(cdiv(M, bound.bm) * cdiv(N, bound.bn), cdiv(K, bound.bk), bound.sms)[1] > 1
+                split = tail_plan(cdiv(M, bound.bm) * cdiv(N, bound.bn) * batch, cdiv(K, bound.bk), bound.sms)[1] > 1
                 bound = _bound.get(self.specs[0 if split else 1])
                 if not isinstance(bound, _Bound):
                     return False        # that build's first call: the variant's launch binds it
@@ -556,7 +556,7 @@ class _ClassLaunch:
         it (``_full_config``, ``_plain_unless_split``) -- remembered; None where it is not bound yet."""
         kind, out_esize, reg, rest = self.by_shape
         sms = self.bound.sms
-        config = _plain_unless_split(_pick(M, N, K, kind, sms, out_esize, reg, batch), M, N, K, sms)
+        config = _plain_unless_split(_pick(M, N, K, kind, sms, out_esize, reg, batch), M, N, K, sms, batch)
         bound = _bound.get((tuple(config.items()), *rest))
         if not isinstance(bound, _Bound):
             return None
@@ -635,10 +635,11 @@ def _full_config(config, M: int, N: int, K: int, a, c, sms: int, reg: bool = Fal
     return config
 
 
-def _plain_unless_split(config: dict, M: int, N: int, K: int, sms: int) -> dict:
-    """A TAIL config where this call has no partial wave to split (``tail_plan``): its plain twin
-    (TAIL = 0), a specialisation of its own -- the TAIL build runs a few % slower with nothing to split."""
-    if config.get("TAIL") and tail_plan(cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]),
+def _plain_unless_split(config: dict, M: int, N: int, K: int, sms: int, batch: int = 1) -> dict:
+    """A TAIL config where this call (``batch`` products) has no partial wave to split (``tail_plan``, over
+    all the launch's tiles, as ``_units`` counts them): its plain twin (TAIL = 0), a specialisation of its own --
+    the TAIL build runs a few % slower with nothing to split."""
+    if config.get("TAIL") and tail_plan(cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]) * batch,
                                         cdiv(K, config["BLOCK_K"]), sms)[1] == 1:
         return dict(config, TAIL=0)
     return config
@@ -679,7 +680,7 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     dev = c.get_device()
     specs = [_spec(dict(config, TAIL=t), a, c, c, 0, "none", alpha, beta, a_t, b_t, c.stride(0), 0,
                    max(*a.shape, *b.shape, *c.shape), dev, sms) for t in ((1, 0) if config.get("TAIL") else (0,))]
-    bound = _bound.get(specs[0] if _plain_unless_split(config, M, N, K, sms) is config else specs[-1])
+    bound = _bound.get(specs[0] if _plain_unless_split(config, M, N, K, sms, batch) is config else specs[-1])
     if not isinstance(bound, _Bound):
         return None
     sized = (_DTYPES[str(a.dtype)], c.element_size(), reg, specs[0][1:]) if by_shape else None
@@ -696,7 +697,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     batch, M, N, K, (a, b, c), steps = _stacked(a, b, c)
     sms = _num_sms()
     config = _plain_unless_split(_full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0, batch),
-                                 M, N, K, sms)
+                                 M, N, K, sms, batch)
     if batch > 1 and not batch_fits(config, M, K):
         raise TiledmmError(f"gluon-ws: a batch of {batch} products {M}x{K} @ {K}x{N} needs M a multiple of "
                            f"BLOCK_M and K of BLOCK_K (config {config['BLOCK_M']}x{config['BLOCK_N']}x"
