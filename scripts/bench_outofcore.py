@@ -17,8 +17,10 @@ busy/idle from CUDA events). `--quick` runs small sizes with forced budgets firs
 instead, each case in a fresh process with the default settings (TILEDMM_TUNE unset, an empty
 tiledmm cache): tiledmm.matmul on numpy N x N float32 (default 16384) with a 2 GiB budget (out
 of core) and without one (in core), the first call and then repeats, with the out-of-core
-runner's host phases of each call. The CUDA context is made before the first call (and its
-time reported apart): a program calling tiledmm on the GPU has one already. Triton's kernel cache is left as it is (the first case warms
+runner's host phases of each call (and its threads' seconds making pinned buffers, alloc_s, and
+the MiB it made, pinned_new_MiB: a process's first call makes them, later calls reuse them). The
+CUDA context is made before the first call (and its time reported apart): a program calling
+tiledmm on the GPU has one already. Triton's kernel cache is left as it is (the first case warms
 it), or a fresh empty one per case with --cold-triton.
 
   python3 scripts/bench_outofcore.py --first-call --out $OUT
@@ -186,7 +188,8 @@ def first_call_worker(n: int, budget: int | None, repeats: int) -> None:
 
     def spy(self):
         execute(self)
-        phases.append(dict(self.phases, steps=len(self.steps)))
+        phases.append(dict(self.phases, steps=len(self.steps), alloc_s=self.host["alloc_s"],
+                           pinned_new_MiB=self.bytes["pinned_new"] / (1 << 20)))
     runner._Run.execute = spy
     A, B = np.empty((n, n), np.float32), np.empty((n, n), np.float32)
     fill_random(torch.from_numpy(A), 1)

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -385,3 +386,167 @@ def test_gpu_streams_forced_budget(pinned):
                        piece_bytes=1 << 18)
     assert st["plan"]["steps"] > 4
     assert _rel(c, 0.5 * (a.double() @ b.double()) + 2 * c0.double()) < 1e-5
+
+
+# ---- pinned staging buffers (issue 22: a first call spent 0.53 s pinning 832 MiB of them)
+
+@pytest.fixture
+def fresh_pool(monkeypatch):
+    """The default device's pool of staging buffers, emptied for the test, and the buffers it makes:
+    (nbytes, thread name) each (a spy on Device.pinned)."""
+    from tiledmm.outofcore import cudart
+    dev = cudart.resolve_device(None)
+    pool = cudart.HostPool(dev)
+    monkeypatch.setattr(dev, "host_pool", pool)
+    made = []
+    pinned = cudart.Device.pinned
+
+    def spy(self, n, dtype):
+        made.append((n * torch.empty((), dtype=dtype).element_size(), threading.current_thread().name))
+        return pinned(self, n, dtype)
+    monkeypatch.setattr(cudart.Device, "pinned", spy)
+    return pool, made
+
+
+def test_staging_buffers_bounded_made_by_threads_and_kept(fresh_pool):
+    # many staged pieces: a ring of threads + 2 staging buffers and threads + 2 result buffers, made
+    # by the staging / unstaging threads (not one after another on the main thread), kept for the
+    # next call, which makes none (the old runner made 10 + 16 buffers on every call)
+    pool, made = fresh_pool
+    a, b, _ = _case(96, 80, 72, seed=8)
+    for call in range(2):
+        c = torch.full((96, 72), float("nan"))
+        st = {}
+        matmul_out_of_core(a, b, c, max_device_bytes=20_000, gemm=torch_gemm, stats=st, piece_bytes=1024,
+                           host_threads=8)
+        assert _rel(c, a.double() @ b.double()) < 1e-6
+        assert st["bytes"]["staged_in"] > 10 * 1024 and st["bytes"]["staged_out"] > 10 * 1024
+        if call == 0:
+            assert 0 < len(made) <= 2 * (8 + 2) and all(n <= 1024 * 4 for n, _ in made)
+            assert {name.split("_")[0] for _, name in made} <= {"tiledmm-stage", "tiledmm-unstage"}
+            assert st["bytes"]["pinned_new"] == sum(n for n, _ in made) == pool.kept_bytes()
+        else:
+            assert len(made) == pool.made and st["bytes"]["pinned_new"] == 0 and st["bytes"]["pinned"] > 0
+
+
+def test_staging_buffers_only_as_many_as_pieces_and_results_lazily(fresh_pool, monkeypatch):
+    # two staged pieces in, one out: three buffers (not a full ring); the result buffer is made when
+    # the block comes back, after its GEMM was issued
+    pool, made = fresh_pool
+    runs, at_gemm = [], []
+    execute = runner._Run.execute
+
+    def spy(self):
+        runs.append(self)
+        execute(self)
+    monkeypatch.setattr(runner._Run, "execute", spy)
+
+    def gemm(x, y, z, al, be):
+        at_gemm.append((len(made), list(runs[0].out_bufs)))
+        torch_gemm(x, y, z, al, be)
+    a, b, _ = _case(8, 6, 5, seed=9)
+    c = torch.empty(8, 5)
+    matmul_out_of_core(a, b, c, max_device_bytes=1 << 20, gemm=gemm, host_threads=8)
+    assert _rel(c, a.double() @ b.double()) < 1e-6
+    run = runs[0]
+    assert len(run.steps) == 1 and len(run.stage_bufs) == 2 and len(run.out_bufs) == 1 and len(made) == 3
+    assert at_gemm == [(2, [None])]
+    assert pool.kept_bytes() == sum(n for n, _ in made)
+
+
+def test_staging_buffers_back_in_the_pool_after_an_error(fresh_pool):
+    pool, made = fresh_pool
+    a, b, c = _case(40, 30, 20)
+
+    def bad(*args):
+        raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        matmul_out_of_core(a, b, c, max_device_bytes=4000, gemm=bad, piece_bytes=512)
+    assert made and pool.kept_bytes() == sum(n for n, _ in made)
+    before = len(made)
+    matmul_out_of_core(a, b, c, max_device_bytes=4000, gemm=torch_gemm, piece_bytes=512)
+    assert _rel(c, a.double() @ b.double()) < 1e-6
+    assert not [t for t in threading.enumerate() if t.name.startswith("tiledmm-")]
+    assert len(made) >= before and pool.kept_bytes() == pool.made_bytes
+
+
+def test_staging_pool_shared_by_concurrent_runs(fresh_pool):
+    pool, made = fresh_pool
+    cases = [_case(64, 48, 40, seed=s) for s in (10, 11)]
+    outs = [torch.empty(64, 40) for _ in cases]
+
+    def run(i):
+        a, b, _ = cases[i]
+        matmul_out_of_core(a, b, outs[i], max_device_bytes=6000, gemm=torch_gemm, piece_bytes=256, host_threads=3)
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    for (a, b, _), c in zip(cases, outs):
+        assert _rel(c, a.double() @ b.double()) < 1e-6
+    assert len(made) <= 2 * 2 * (3 + 2) and pool.kept_bytes() == pool.made_bytes
+
+
+def test_host_pool_reuses_rounds_and_keeps_at_most_keep_bytes(fresh_pool):
+    from tiledmm.outofcore.cudart import HUGE
+    pool, made = fresh_pool
+    (t1, new1), (t2, new2) = pool.take(5000), pool.take(HUGE + 1)
+    assert new1 and new2 and t1.numel() == 8192 and t2.numel() == 2 * HUGE
+    pool.give([t1, t2])
+    t3, new3 = pool.take(3000)                       # the smallest kept buffer that fits
+    assert not new3 and t3.data_ptr() == t1.data_ptr()
+    pool.keep_bytes = 2 * HUGE
+    pool.give([t3])                                  # over the cap: the smallest goes
+    assert pool.kept_bytes() == 2 * HUGE and len(made) == 2
+    with pytest.raises(tiledmm.TiledmmError, match="TILEDMM_OOC_PIN"):
+        from tiledmm.outofcore.cudart import pin_host
+        pin_host(16, torch.device("cpu"), how="bogus")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["register", "huge", "torch"])
+def test_pinned_buffers_each_way(how):
+    from tiledmm.outofcore.cudart import pin_host, release_host
+    t = pin_host(3 << 20, torch.device("cuda", torch.cuda.current_device()), how=how)
+    assert t.is_pinned() and t.numel() == 3 << 20
+    t.copy_(torch.arange(3 << 20, dtype=torch.int64).to(torch.uint8))
+    d = torch.empty_like(t, device="cuda")
+    d.copy_(t, non_blocking=True)
+    back = torch.zeros_like(t).pin_memory()
+    back.copy_(d, non_blocking=True)
+    torch.cuda.synchronize()
+    assert torch.equal(back, t)
+    release_host(t)
+
+
+def test_planner_scores_only_candidates_that_can_win(monkeypatch):
+    from tiledmm.outofcore import planner
+    cases = [(16384, 16384, 16384, 4, 4, 4, False, False, (False,) * 3, 2 << 30, {}),
+             (90000, 90000, 90000, 4, 4, 4, False, False, (False,) * 3, 70 << 30, {}),
+             (65536, 65536, 65536, 2, 2, 4, True, True, (True,) * 3, 16 << 30, {}),
+             (4000, 8, 40, 4, 4, 4, False, False, (False,) * 3, 40_000, {}),
+             (24, 20, 96, 2, 2, 4, True, True, (False,) * 3, 3000, {"call": 0.0}),
+             (3000, 2000, 1000, 8, 8, 8, False, True, (True, False, True), 1 << 20, {"gemm": 1e9})]
+    scored = []
+    score = planner._score
+    monkeypatch.setattr(planner, "_score", lambda cand, model: scored.append(cand[0].size) or score(cand, model))
+    for m, n, k, esz, csz, accsz, differs, beta, direct, budget, rates in cases:
+        r = {**planner._RATES, **planner._GPU_LINK, "gemm": planner._GEMM_RATE[esz], **rates}
+        for tr in (False, True):
+            args = (m, n, k, esz, csz, accsz, differs, beta, *direct, budget, r, tr)
+            scored.clear()
+            p = planner._orient_plans(*args)
+            pruned = sum(scored)
+            q = planner._orient_plans(*args, prune=False)
+            assert (p is None) == (q is None)
+            if p is not None:
+                assert p.as_dict() == q.as_dict() and p._score == q._score
+            if (m, k) == (16384, 16384):
+                assert pruned < scored[-1] / 5               # a fraction of the grid scored in full
+            # the floor is below the model time of every candidate that fits
+            g, est, s = score(tuple(x.ravel() for x in np.meshgrid(
+                *[np.array(planner._sizes(d), float) for d in (m, n, k)], [True, False], indexing="ij")),
+                (m, n, k, esz, csz, accsz, differs, beta, direct, budget, r))
+            fl = planner._floor(g.bm, g.bn, g.bk, m, n, k, r)
+            assert np.all((fl <= est * (1 + 1e-12)) | ~np.broadcast_to(g.ok, est.shape))

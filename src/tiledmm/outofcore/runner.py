@@ -6,6 +6,13 @@ The schedule (schedule.py) says which GEMM runs when and which tile pieces go be
 module orders them with events: a slot is refilled only after the GEMMs that read it, a C slot
 only after its block went back to the host. Staging threads run ahead of the copy stream along
 the global piece order; results come back on their own thread so the main thread keeps queuing.
+
+Pinned buffers: a ring of (threads + 2) staging buffers of one staged piece (8 MiB by default)
+and (unstaging threads + 2) result buffers, no more than the run has pieces for. They come from
+the device's pool (cudart.HostPool), so only a process's first run makes them, and lazily: a
+staging buffer when its thread first stages into it (the threads fault theirs in at once), the
+result buffers when the first block comes back (behind the GEMMs). They go back to the pool when
+the run ends, after the device has finished every copy.
 """
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ import contextlib
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Callable, Optional
 
 import numpy as np
@@ -26,6 +33,12 @@ from .planner import MiB, Plan, plan_out_of_core
 from .schedule import Operand, Schedule, pieces
 
 _TINT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+# Pieces: staged ones are the size of a pinned staging (and result) buffer; smaller buffers pin
+# faster, and at 8 MiB a piece's copy (~0.15 ms over PCIe Gen5) still dwarfs its issue cost.
+# Pinned operands go straight to the GPU in larger pieces (no buffer to fill).
+STAGED_PIECE = 8 * MiB
+DIRECT_PIECE = 128 * MiB
 
 
 def _np_bytes(t: torch.Tensor) -> np.ndarray:
@@ -78,7 +91,8 @@ def matmul_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alp
                        beta: float = 0.0, max_device_bytes: Optional[int] = None, gemm: Optional[Gemm] = None,
                        progress: Optional[Callable[[int, int], object]] = None, stats: Optional[dict] = None,
                        acc_dtype: Optional[torch.dtype] = None, device=None, host_threads: Optional[int] = None,
-                       piece_bytes: int = 32 * MiB, plan: Optional[Plan] = None, rates: Optional[dict] = None) -> None:
+                       piece_bytes: Optional[int] = None, plan: Optional[Plan] = None,
+                       rates: Optional[dict] = None) -> None:
     """c = alpha * a @ b + beta * c for CPU tensors, on the GPU in blocks that fit its memory.
 
     a (M x K), b (K x N), c (M x N): CPU torch tensors, any strides (c is written in place).
@@ -89,9 +103,14 @@ def matmul_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alp
     acc_dtype: dtype of the device C blocks (e.g. float32 for bfloat16 c when K is split,
         so partial sums are not rounded to bfloat16; the gemm must accept it).
     progress(done, total): GEMM calls finished so far.
-    stats: filled with the plan, bytes moved, per-stream busy/idle times (CUDA events) and host
-        seconds per phase (setup, plan, build: the schedule and device slots, staging: pinned
-        buffers and host threads, issue, finish).
+    host_threads: staging threads (default: CPUs, at most 8).
+    piece_bytes: the pieces tiles are copied in: through host staging (and results back) pieces
+        of piece_bytes (default 8 MiB: the pinned buffers' size), straight from pinned operands
+        4 x piece_bytes (default 128 MiB).
+    stats: filled with the plan, bytes moved (``pinned``: the run's pinned buffers, ``pinned_new``:
+        those it had to make), per-stream busy/idle times (CUDA events), host seconds of the
+        threads (``alloc_s``: making pinned buffers) and per phase (setup, plan, build: the
+        schedule and device slots, staging: host threads, issue, finish).
     """
     M, K, N = _check(a, b, c)
     t_start = time.perf_counter()
@@ -107,7 +126,8 @@ def matmul_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alp
     dev, two_d, acc, plan, a, b, c = _setup(a, b, c, beta, max_device_bytes, acc_dtype, device, plan, rates, phases)
     gemm = gemm or tiledmm_gemm()
     threads = host_threads or max(1, min(8, (os.cpu_count() or 2)))
-    run = _Run(plan, a, b, c, float(alpha), float(beta), gemm, dev, two_d, acc, threads, piece_bytes, progress)
+    pieces_ = (piece_bytes, 4 * piece_bytes) if piece_bytes else (STAGED_PIECE, DIRECT_PIECE)
+    run = _Run(plan, a, b, c, float(alpha), float(beta), gemm, dev, two_d, acc, threads, pieces_, progress)
     run.phases.update(phases)
     run.execute()
     if stats is not None:
@@ -125,7 +145,7 @@ def warm_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alpha
     _check(a, b, c)
     dev, two_d, acc, plan, a, b, c = _setup(a, b, c, beta, max_device_bytes, acc_dtype, device, plan, rates, {})
     gemm = gemm or tiledmm_gemm()
-    run = _Run(plan, a, b, c, float(alpha), float(beta), gemm, dev, two_d, acc, 1, 32 * MiB, None)
+    run = _Run(plan, a, b, c, float(alpha), float(beta), gemm, dev, two_d, acc, 1, (STAGED_PIECE, DIRECT_PIECE), None)
     run._build()
     with (torch.cuda.device(dev.device) if dev.gpu else contextlib.nullcontext()), dev.on(dev.compute):
         for sl in run.slots:
@@ -144,11 +164,17 @@ def warm_out_of_core(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, *, alpha
     return plan
 
 
+def _nbytes(pc: tuple, esz: int) -> int:
+    """Bytes of piece (r0, r1, c0, c1) of elements of esz bytes."""
+    r0, r1, c0, c1 = pc
+    return (r1 - r0) * (c1 - c0) * esz
+
+
 class _Run:
     """One product in flight: the schedule, the staging pools, the drain thread, and what happened
     (per-stream intervals from events, bytes moved, host seconds) for ``stats``."""
 
-    def __init__(self, plan, a, b, c, alpha, beta, gemm, dev, two_d, acc, threads, piece_bytes, progress):
+    def __init__(self, plan, a, b, c, alpha, beta, gemm, dev, two_d, acc, threads, piece_bytes: tuple, progress):
         self.plan, self.alpha, self.beta, self.gemm, self.dev = plan, alpha, beta, gemm, dev
         self.progress = progress
         # device C blocks: c's dtype when K is not split (the GEMM rounds once either way); else the
@@ -156,18 +182,20 @@ class _Run:
         self.acc = acc if plan.n_k > 1 else c.dtype
         self.A, self.B, self.C = (Operand(x, dev, two_d) for x in (a, b, c))
         self.shape = (a.shape[0], b.shape[1], a.shape[1])
-        self.threads, self.piece_bytes = threads, piece_bytes
+        self.threads = threads
+        self.piece_bytes, self.direct_piece_bytes = piece_bytes      # staged, straight
         self.c_dtype, self.ab_dtype = c.dtype, a.dtype
         self.intervals = []           # (stream, kind, start_ev, end_ev)
         self.host = {"stage_s": 0.0, "unstage_s": 0.0, "wait_stage_s": 0.0, "wait_runahead_s": 0.0,
-                     "wait_cslot_s": 0.0, "wait_unstage_s": 0.0}
+                     "wait_cslot_s": 0.0, "wait_unstage_s": 0.0, "alloc_s": 0.0}
         self.phases = {}
-        self.bytes = {"h2d": 0, "d2h": 0, "staged_in": 0, "staged_out": 0}
+        self.bytes = {"h2d": 0, "d2h": 0, "staged_in": 0, "staged_out": 0, "pinned": 0, "pinned_new": 0}
+        self.stage_bufs, self.out_bufs = [], []
         self._lock = threading.Lock()
 
     def _build(self):
         s = Schedule(self.plan, self.A, self.B, self.C, self.shape, self.dev, self.ab_dtype, self.acc,
-                     self.c_dtype, self.beta, self.piece_bytes)
+                     self.c_dtype, self.beta, self.piece_bytes, self.direct_piece_bytes)
         self.slots, self.steps, self.after = s.slots, s.steps, s.after
 
     # ---- running it
@@ -176,7 +204,7 @@ class _Run:
         self._build()
         t_s = time.perf_counter()
         self._open_staging()
-        self.phases["staging_s"] = time.perf_counter() - t_s     # pinned buffers: allocated on a first call
+        self.phases["staging_s"] = time.perf_counter() - t_s     # host threads (pinned buffers come later)
         dev = self.dev
         drain = threading.Thread(target=self._drain, name="tiledmm-drain", daemon=True)
         self.t0_ev = dev.event()
@@ -203,12 +231,14 @@ class _Run:
                 drain.join()
             self.pool.shutdown(wait=True)
             self.out_pool.shutdown(wait=True)
+            self._close_staging()
         if self.progress:
             self.progress(len(self.steps), len(self.steps))
 
     def _open_staging(self):
-        """Pinned staging buffers and host thread pools: pieces in (along the global piece order),
-        results out (unless they go straight into a pinned c); the drain queue."""
+        """Host thread pools and the sizes of the pinned buffers (made on first use: ``_pinned``):
+        pieces in (along the global piece order), results out (unless they go straight into a
+        pinned c); the drain queue."""
         dev = self.dev
         order = []                     # the global piece order (staging runs ahead along it)
         for s in range(len(self.steps) + 1):
@@ -216,11 +246,9 @@ class _Run:
         # panels spread over a column may land before loads needed earlier in the same slot:
         # order is what the copy stream sees; every piece's slot condition was met when placed
         staged = [x for x in order if not x[0].direct]
-        nstage = self.threads + 2 if staged else 0
-        maxp = 1
-        for ld, (r0, r1, c0, c1) in staged:
-            maxp = max(maxp, (r1 - r0) * (c1 - c0) * ld.host.element_size())
-        self.stage_bufs = [dev.pinned(maxp, torch.uint8) for _ in range(nstage)]
+        self.stage_size = max([_nbytes(pc, ld.host.element_size()) for ld, pc in staged] + [1])
+        nstage = min(self.threads + 2, len(staged))
+        self.stage_bufs = [None] * nstage
         self.stage_evs = [dev.event() for _ in range(nstage)]
         self.stage_rec = [False] * nstage
         self.staged_order, self.stage_next, self.stage_futs = staged, 0, {}
@@ -231,12 +259,50 @@ class _Run:
         self.out_pool = ThreadPoolExecutor(out_threads, thread_name_prefix="tiledmm-unstage")
         self.drain_q, self.drain_err = [], None
         self.drain_cv = threading.Condition()
-        r, cc = self.steps[0].c_host.shape
-        outb = min(max(self.piece_bytes, self.C.esz), r * cc * self.C.esz)
-        self.out_bufs = [dev.pinned(outb, torch.uint8) for _ in range(0 if self.c_store_direct else 2 * out_threads)]
+        out = [] if self.c_store_direct else [pc for st in self.steps if st.last for pc in self._out_pieces(st)]
+        self.out_size = max([_nbytes(pc, self.C.esz) for pc in out] + [1])
+        self.out_bufs = [None] * min(out_threads + 2, len(out))
         self.out_evs = [dev.event() for _ in self.out_bufs]
         self.out_futs = [None] * len(self.out_bufs)
         self.out_next = 0
+
+    def _out_pieces(self, st) -> list:
+        rows, cols = st.c_host.shape
+        return pieces(rows, cols, self.C.esz, self.piece_bytes)
+
+    def _pinned(self, nbytes: int) -> torch.Tensor:
+        """A pinned buffer of at least nbytes from the device's pool (made there if none is free)."""
+        t = time.perf_counter()
+        buf, new = self.dev.host_pool.take(nbytes)
+        with self._lock:
+            self.host["alloc_s"] += time.perf_counter() - t
+            self.bytes["pinned"] += buf.numel()
+            self.bytes["pinned_new"] += buf.numel() if new else 0
+        return buf
+
+    def _open_out(self):
+        """The result buffers, when the first block comes back: taken (made, on a first run) by the
+        unstaging threads at once."""
+        futs = [self.out_pool.submit(self._pinned, self.out_size) for _ in self.out_bufs]
+        wait(futs)
+        for k, f in enumerate(futs):          # every buffer taken is kept (and given back) before any error
+            if f.exception() is None:
+                self.out_bufs[k] = f.result()
+        for f in futs:
+            f.result()
+
+    def _close_staging(self):
+        """The run's pinned buffers back to the pool once no copy can still use them: after an error
+        the device is synchronised here first (the normal end did already); buffers of a device that
+        fails to synchronise are not reused."""
+        bufs = [b for b in self.stage_bufs + self.out_bufs if b is not None]
+        if not bufs:
+            return
+        try:
+            self.dev.sync()
+        except Exception:     # noqa: BLE001 -- the run's own error is the one to see
+            return
+        self.dev.host_pool.give(bufs)
 
     def _finish(self, drain: threading.Thread):
         """Wait for the drain thread and the unstaging copies, mark each stream's end, synchronise."""
@@ -269,12 +335,16 @@ class _Run:
             self.stage_next += 1
 
     def _stage(self, ld, pc, k, ev):
+        """Copy piece pc of load ld into staging buffer k (made here, by this thread, on its first use;
+        else once the H2D that last read it has finished); the piece's view of the buffer."""
         if ev is not None:
             ev.synchronize()          # the H2D that last read this buffer has finished
+        elif self.stage_bufs[k] is None:
+            self.stage_bufs[k] = self._pinned(self.stage_size)
         t = time.perf_counter()
         r0, r1, c0, c1 = pc
         src = ld.host[r0:r1, c0:c1]
-        buf = self.stage_bufs[k][: (r1 - r0) * (c1 - c0) * src.element_size()].view(src.dtype).view(r1 - r0, c1 - c0)
+        buf = self.stage_bufs[k][: _nbytes(pc, src.element_size())].view(src.dtype).view(r1 - r0, c1 - c0)
         _host_copy(buf, src)
         with self._lock:
             self.host["stage_s"] += time.perf_counter() - t
@@ -342,7 +412,7 @@ class _Run:
         r0, r1, c0, c1 = pc
         first = pc is ld.pieces[0]
         dst = ld.dev[r0:r1, c0:c1]
-        nbytes = (r1 - r0) * (c1 - c0) * ld.host.element_size()
+        nbytes = _nbytes(pc, ld.host.element_size())
         if first:
             # a slot is refilled only after the GEMMs that read its old contents; the K-chunks of one
             # resident panel share a slot, so a later chunk must not wait for the GEMMs reading the
@@ -424,7 +494,9 @@ class _Run:
             self.intervals.append(("copy_out", "d2h", e0, e1))
             self.bytes["d2h"] += rows * cols * C.esz
             return
-        for pc in pieces(rows, cols, C.esz, self.piece_bytes):
+        if self.out_bufs[0] is None:
+            self._open_out()
+        for pc in self._out_pieces(st):
             r0, r1, c0, c1 = pc
             k = self.out_next % len(self.out_bufs)
             self.out_next += 1
@@ -454,6 +526,7 @@ class _Run:
 
     # ---- what happened
     def stats(self, wall_s: float) -> dict:
+        """The run's record for ``matmul_out_of_core(stats=)``: see its docstring."""
         busy = {"copy_in": 0.0, "compute": 0.0, "copy_out": 0.0}
         timeline = []
         t0 = self.t0_ev

@@ -97,20 +97,22 @@ def pieces(rows: int, cols: int, esz: int, piece_bytes: int) -> list:
 
 class Schedule:
     """The slots (``slots``), the GEMM steps (``steps``) and where each load's pieces go (``after[s]``:
-    the pieces queued after GEMM s-1, before GEMM s) of one run.
+    the pieces queued after GEMM s-1, before GEMM s) of one run. Tiles are cut into pieces of at
+    most ``piece_bytes`` where they pass through host staging, ``direct_piece_bytes`` where they
+    go straight from a pinned operand.
 
     The device C blocks take c's dtype when K is not split (the GEMM rounds once either way), else
     the accumulator's (``acc``), cast into a c-dtype buffer on the GPU before going back."""
 
     def __init__(self, plan: Plan, A: Operand, B: Operand, C: Operand, shape: tuple, dev: Device, ab_dtype,
-                 acc, c_dtype, beta: float, piece_bytes: int):
+                 acc, c_dtype, beta: float, piece_bytes: int, direct_piece_bytes: int):
         self.plan, self.dev = plan, dev
         self.M, self.N, self.K = shape
         self.A, self.B, self.C = A, B, C
         self.ab_dtype, self.acc, self.c_dtype, self.beta = ab_dtype, acc, c_dtype, beta
         self.cast = acc != c_dtype
-        self.piece_bytes = piece_bytes
-        self.direct_piece_bytes = 4 * piece_bytes    # straight copies: fewer, larger pieces
+        self.piece_bytes = piece_bytes                  # staged pieces: the size of a pinned staging buffer
+        self.direct_piece_bytes = direct_piece_bytes    # straight copies: fewer, larger pieces
         self._build()
 
     def _make_slots(self) -> tuple:
