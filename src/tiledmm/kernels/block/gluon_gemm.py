@@ -536,7 +536,7 @@ class _ClassLaunch:
         else:
             bound = self.bound
             if len(self.specs) == 2:     # a TAIL config: the call's wave decides which build runs (_plain_unless_split)
-                split = tail_plan(cdiv(M, bound.bm) * cdiv(N, bound.bn) * batch, cdiv(K, bound.bk), bound.sms)[1] > 1
+                split = _tail_splits(M, N, K, bound.bm, bound.bn, bound.bk, bound.sms, batch)
                 bound = _bound.get(self.specs[0 if split else 1])
                 if not isinstance(bound, _Bound):
                     return False        # that build's first call: the variant's launch binds it
@@ -635,12 +635,17 @@ def _full_config(config, M: int, N: int, K: int, a, c, sms: int, reg: bool = Fal
     return config
 
 
+def _tail_splits(M: int, N: int, K: int, bm: int, bn: int, bk: int, sms: int, batch: int = 1) -> bool:
+    """Whether a TAIL launch of this call (``batch`` products) splits its last wave (``tail_plan`` over all
+    the launch's tiles, as ``_units`` counts them)."""
+    return tail_plan(cdiv(M, bm) * cdiv(N, bn) * batch, cdiv(K, bk), sms)[1] > 1
+
+
 def _plain_unless_split(config: dict, M: int, N: int, K: int, sms: int, batch: int = 1) -> dict:
-    """A TAIL config where this call (``batch`` products) has no partial wave to split (``tail_plan``, over
-    all the launch's tiles, as ``_units`` counts them): its plain twin (TAIL = 0), a specialisation of its own --
-    the TAIL build runs a few % slower with nothing to split."""
-    if config.get("TAIL") and tail_plan(cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"]) * batch,
-                                        cdiv(K, config["BLOCK_K"]), sms)[1] == 1:
+    """A TAIL config where this call has no partial wave to split (``_tail_splits``): its plain twin
+    (TAIL = 0), a specialisation of its own -- the TAIL build runs a few % slower with nothing to split."""
+    if config.get("TAIL") and not _tail_splits(M, N, K, config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"],
+                                               sms, batch):
         return dict(config, TAIL=0)
     return config
 
