@@ -201,7 +201,9 @@ def model_candidates(variants, p: H.Problem, dev: H.Device, copies: dict | None 
     one bound launch."""
     out: list[H.Candidate] = []
     for v in variants:
-        table = _configs(v, p.kind, p.esize, p.out_esize, dev, p.M)
+        # a config marked ODD_ROWS is for rows that are not 16-byte aligned only (splitk.CONFIGS says why)
+        table = [c for c in _configs(v, p.kind, p.esize, p.out_esize, dev, p.M)
+                 if not (p.aligned and c.get("ODD_ROWS"))]
         if not table:
             continue
         picked = v.prune(table, p.M, p.N, p.K, dev.sms, p.batch) if v.prune else \

@@ -84,13 +84,19 @@ def splitk_reduce_kernel(ws_ptr, c_ptr, MN, N, S, s_ws, s_wb, s_cb, s_cm, s_cn, 
     _epilogue(c_ptr + batch * s_cb + m * s_cm + n * s_cn, acc, mask, alpha, beta, ALPHA_ONE, HAS_BETA)
 
 
-def _c(bm, bn, bk, warps, stages, waves=2, group=8):
-    return cfg(bm, bn, bk, warps, stages, GROUP_M=group, WAVES=waves)
+def _c(bm, bn, bk, warps, stages, waves=2, group=8, **only):
+    return cfg(bm, bn, bk, warps, stages, GROUP_M=group, WAVES=waves, **only)
 
 
+# ODD_ROWS: offered only where some operand's rows are not 16-byte aligned (matmul.model_candidates). Such
+# 16-bit rows load element by element, without cp.async: each program waits on its loads, so many small
+# programs beat a few large ones -- 127x8191x127 bf16 on the H100, GPU time a call: 64x64 tiles (4 tiles x 32
+# splits, 128 programs) 13.7 us, 128x128 (32 programs) 16.6, 64x128 (64 programs of 4 warps) 38.9-48.7,
+# torch 14.2-14.5 (docs/measurements/session18_odd_rows_h100.txt)
 CONFIGS = {
     "16bit": [_c(16, 128, 128, 4, 4), _c(16, 256, 64, 4, 4), _c(32, 128, 128, 4, 4), _c(64, 128, 64, 4, 4),
-              _c(128, 128, 64, 8, 3), _c(64, 256, 64, 8, 3), _c(128, 256, 64, 8, 3), _c(16, 64, 256, 4, 3, waves=4)],
+              _c(128, 128, 64, 8, 3), _c(64, 256, 64, 8, 3), _c(128, 256, 64, 8, 3), _c(16, 64, 256, 4, 3, waves=4),
+              _c(64, 64, 64, 4, 3, ODD_ROWS=1)],
     "tf32": [_c(16, 128, 64, 4, 4), _c(16, 256, 32, 4, 4), _c(32, 128, 64, 4, 4), _c(64, 128, 32, 4, 4),
              _c(128, 128, 32, 8, 3), _c(64, 256, 32, 8, 3), _c(128, 256, 32, 8, 3), _c(16, 64, 128, 4, 3, waves=4)],
     "ieee": [_c(16, 128, 32, 4, 3), _c(32, 128, 32, 4, 3), _c(64, 64, 32, 4, 3), _c(128, 128, 16, 8, 3),
