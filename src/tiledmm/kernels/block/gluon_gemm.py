@@ -112,9 +112,11 @@ def _units(tiles: int, k_steps: int, sms: int, split: int, tail: int) -> tuple[i
 # units per tile, fixed up in the kernel) only where it won on the H100 (tf32, one row of tiles):
 # in 16-bit it lost to the best unsplit tile on every shape measured (docs/measurements/session7_gluon_kernel_h100.log).
 # 16-bit 128x128 keeps 5 stages in flight: 3-10 % faster than 4 on products of many K-steps per tile
-# (256x13824x5120 81 -> 75 us, 256x5120^2 34 -> 31), 4 % at 4096^3-8192^3 (session16_sweep_gluon_bf16_run*_h100.json).
+# (256x13824x5120 81 -> 75 us, 256x5120^2 34 -> 31), 4 % at 4096^3-8192^3 (session16_sweep_gluon_bf16_run*_h100.json);
+# it splits a partial last wave too (TAIL): 576-640 x 4096^2 bf16, 160 tiles, GPU 42.5 -> 38.7-39.8 us (the model's
+# pick moves there from 128x256's one partial wave; session18_tail128_ab_h100.txt).
 CONFIGS = {
-    "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2, tail=1), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 5),
+    "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2, tail=1), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 5, tail=1),
               _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8)],
     "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2),
              _c(64, 128, 32, 4, 6, split=2), _c(256, 128, 32, 8, 3, epi=2)],
