@@ -84,8 +84,8 @@ def splitk_reduce_kernel(ws_ptr, c_ptr, MN, N, S, s_ws, s_wb, s_cb, s_cm, s_cn, 
     _epilogue(c_ptr + batch * s_cb + m * s_cm + n * s_cn, acc, mask, alpha, beta, ALPHA_ONE, HAS_BETA)
 
 
-def _c(bm, bn, bk, warps, stages, waves=2, group=8, **only):
-    return cfg(bm, bn, bk, warps, stages, GROUP_M=group, WAVES=waves, **only)
+def _c(bm, bn, bk, warps, stages, waves=2, group=8, **extra):
+    return cfg(bm, bn, bk, warps, stages, GROUP_M=group, WAVES=waves, **extra)
 
 
 # ODD_ROWS: offered only where some operand's rows are not 16-byte aligned (matmul.model_candidates). Such
