@@ -94,6 +94,7 @@ def test_descriptor_plan(a_t, b_t, cfg):
     a, b, c = _mats(M, N, K, BF16, a_t, b_t)
     plan = G.descriptor_plan(a, b, c, cfg)
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    bnp = bn // cfg.get("PARTS", 1)       # a PARTS tile: B's block and C's staging are one column slice
     ta, blk_a = plan["a"]
     tb, blk_b = plan["b"]
     tc, blk_c = plan["c"]
@@ -102,8 +103,8 @@ def test_descriptor_plan(a_t, b_t, cfg):
     for t, src in ((ta, a), (tb, b)):
         assert t.data_ptr() == src.data_ptr() and t.stride(1) == 1
     assert tuple(ta.shape) == ((K, M) if a_t else (M, K)) and blk_a == ([bk, bm] if a_t else [bm, bk])
-    assert tuple(tb.shape) == ((N, K) if b_t else (K, N)) and blk_b == ([bn, bk] if b_t else [bk, bn])
-    assert tc is c and blk_c == [bm, bn // cfg["EPI_SPLIT"]]
+    assert tuple(tb.shape) == ((N, K) if b_t else (K, N)) and blk_b == ([bnp, bk] if b_t else [bk, bnp])
+    assert tc is c and blk_c == [bm, bnp // cfg["EPI_SPLIT"]]
     assert plan["tiles"] == -(-M // bm) * -(-N // bn)
 
 
@@ -281,7 +282,8 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False, bias=0, act=
            "tail_at": "i32", "tail_split": "i32", "alpha": "fp32", "beta": "fp32"}
     const = dict(STAGES=cfg["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=cfg["GROUP_M"], NUM_SMS=132,
                  HAS_BETA=has_beta, ALPHA_ONE=not has_beta, EPI_SPLIT=cfg["EPI_SPLIT"], SPLIT_K=cfg["SPLIT_K"],
-                 TAIL=cfg.get("TAIL", 0), LOADER_REGS=G.LOADER_REGS, BIAS=bias, ACT=act, num_warps=cfg["num_warps"])
+                 TAIL=cfg.get("TAIL", 0), PARTS=cfg.get("PARTS", 1), LOADER_REGS=G.LOADER_REGS, BIAS=bias, ACT=act,
+                 num_warps=cfg["num_warps"])
     sig.update({k: "constexpr" for k in const})
     assert tuple(sig) == G.PARAMS == tuple(names)
     src = GluonASTSource(K.gluon_ws_kernel, sig, {(names.index(k),): v for k, v in const.items()})
@@ -291,6 +293,37 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False, bias=0, act=
         if "ptxas" in str(e).lower():
             pytest.skip(f"no ptxas: {e}")
         raise
+
+
+@pytest.mark.parametrize("a_t, b_t", [(False, False), (True, True)])
+def test_a_tile_of_three_parts_compiles_to_three_wgmmas_a_step(a_t, b_t):
+    """The 128x192 tile (PARTS = 3): three m64n64 wgmmas a K-step (not one of n192: register tensors are
+    powers of two), B loaded as three 64-column slices, the output stored slice by slice by TMA."""
+    cfg = next(c for c in G.CONFIGS["16bit"] if c.get("PARTS", 1) == 3)
+    assert (cfg["BLOCK_M"], cfg["BLOCK_N"]) == (128, 192)
+    k = _compile(cfg, BF16, a_t, b_t)
+    ptx = k.asm["ptx"]
+    assert "m64n64k16.f32.bf16.bf16" in ptx and "m64n192" not in ptx and "m64n128" not in ptx
+    # per warpgroup, 64 K-elements a stage in 16-element steps, three accumulators: 12 wgmmas in the main loop
+    assert ptx.count("wgmma.mma_async") >= 12
+    assert len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.mbarrier", ptx)) >= 4  # A, 3 x B
+    assert "cp.async.bulk.tensor.2d.global.shared::cta" in ptx
+    assert k.metadata.shared <= G.SMEM_LIMIT + 2048
+    assert k.metadata.shared >= G.smem_bytes(cfg, 2, 2)
+
+
+def test_a_parts_config_is_checked():
+    a, b, c = _mats(256, 600, 128)
+    cfg = next(c for c in G.CONFIGS["16bit"] if c.get("PARTS", 1) == 3)
+    assert G._full_config(dict(cfg), 256, 600, 128, a, c, 132) == cfg
+    # a tile width given without PARTS is one accumulator wide, whatever the model picks
+    assert "PARTS" not in G._full_config({"BLOCK_N": 128}, 256, 600, 128, a, c, 132)
+    for bad in (dict(cfg, SPLIT_K=2), dict(cfg, TAIL=1), dict(cfg, BLOCK_N=160), dict(cfg, PARTS=2)):
+        with pytest.raises(TiledmmError, match="PARTS=3"):
+            G._full_config(bad, 256, 600, 128, a, c, 132)
+    a32, _, c32 = _mats(256, 600, 128, FP32)
+    with pytest.raises(TiledmmError, match="16-bit"):
+        G._full_config(dict(cfg), 256, 600, 128, a32, c32, 132)
 
 
 @pytest.mark.parametrize("cfg, dtype, a_t, b_t, mma", [
@@ -364,6 +397,32 @@ def test_gpu_ragged_every_config(dtype, cfg):
     if not G._is_hopper():
         pytest.skip("needs a Hopper GPU")
     _check(777, 1000, 1000, dtype, cfg)
+
+
+_PARTS3 = next(c for c in G.CONFIGS["16bit"] if c.get("PARTS", 1) == 3)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [BF16, FP16])
+@pytest.mark.parametrize("a_t, b_t", [(False, False), (True, False), (False, True), (True, True)])
+def test_gpu_a_tile_of_three_parts(dtype, a_t, b_t):
+    """The 128x192 tile: N ending in each of its three 64-column slices (1000 = 5 x 192 + 40, 1080 = ... + 120,
+    1144 = ... + 184) and on a tile edge (960), many tiles (two rounds), alpha and beta, the bias and an
+    activation, and a batch in one launch (sizes multiples of 8: TMA's 16-byte rows in every layout)."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    for M, N, K in ((776, 1000, 1000), (304, 1080, 264), (128, 1144, 72), (256, 960, 4096), (1496, 4000, 320)):
+        _check(M, N, K, dtype, _PARTS3, a_t, b_t)
+    _check(304, 1080, 264, dtype, _PARTS3, a_t, b_t, alpha=0.5, beta=2.0)
+    _check_epilogue(336, 1000, 200, _PARTS3, 1, "gelu", FP32, alpha=0.5, beta=2.0, a_t=a_t, b_t=b_t, dtype=dtype)
+    _check_epilogue(336, 1144, 200, _PARTS3, 2, "silu", dtype, a_t=a_t, b_t=b_t, dtype=dtype)
+    a, b, c = _batch(3, 256, 1000, 320, dtype, a_t, b_t, device="cuda")
+    c.fill_(float("nan"))
+    G.launch(a, b, c, precision="none", config=_PARTS3)
+    torch.cuda.synchronize()
+    ref = a.double() @ b.double()
+    for p in range(3):
+        assert ((c[p].double() - ref[p]).norm() / ref[p].norm()).item() < {BF16: 1e-2, FP16: 2e-3}[dtype]
 
 
 @pytest.mark.gpu

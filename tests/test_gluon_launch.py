@@ -105,7 +105,7 @@ def test_repeat_calls_take_the_c_launch_with_kept_descriptors(monkeypatch):
     assert args[28:45] == (c.data_ptr(), 520, c.data_ptr(), 0, ws.data_ptr(), cnt.data_ptr(), 300, 520, 264,
                            1, 0, 0, 0,                    # one product: no batch steps
                            tiles, 1, 1.0, 0.0)            # tail_at = every tile, tail_split 1: nothing split
-    assert args[45:] == (6, False, False, 8, 132, False, True, 1, 1, 0, G.LOADER_REGS, 0, "none", 4)
+    assert args[45:] == (6, False, False, 8, 132, False, True, 1, 1, 0, 1, G.LOADER_REGS, 0, "none", 4)   # PARTS 1
     G.launch(a, b, c, precision="none", config=CFG)
     assert len(f.expanded) == 3 and f.c[1] == f.c[0]      # same tensors: no descriptor filled again
     a2 = a.clone()

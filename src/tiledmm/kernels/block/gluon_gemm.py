@@ -31,7 +31,13 @@ descriptor_plan -- is here and imports no Gluon.
 * operands in the layout they have: a transposed A or B (unit stride along M or N) is
   described by a TMA descriptor of its transpose and fed to wgmma through a permuted
   shared-memory view -- no copy. Ragged edges are the copy engine's: out-of-bounds loads
-  read zeros, out-of-bounds stores are dropped.
+  read zeros, out-of-bounds stores are dropped;
+* tiles whose width is not a power of two (config PARTS): register tensors must have
+  power-of-two shapes, so a 128x192 tile is three accumulators of 128x64, one wgmma each per
+  K-step on B's three 64-column slices (three TMA loads into three buffers of a stage), stored
+  one slice after another. It fills waves that 128x256 leaves part empty (256 x 11008: 116 tiles
+  where 128x256 has 86, on 132 SMs) -- cuBLAS's own choice there is a 192-wide tile. 16-bit only,
+  never split.
 
 tf32 (float32 operands): wgmma reads 32-bit operands from shared memory only K-major, but its
 first operand may come from registers in any layout. A row-major and B column-major: both from
@@ -78,9 +84,27 @@ def cdiv(x: int, y: int) -> int:
     return -(-x // y)
 
 
-def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1, tail=0) -> dict:
+def _c(bm, bn, bk, warps, stages, group=8, epi=1, split=1, tail=0, parts=1) -> dict:
+    """A config; ``parts`` > 1 (the tile's columns in that many accumulators) is named only where it is not 1,
+    so configs written before it (the shipped table's, the store's) read as they were."""
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group, "EPI_SPLIT": epi, "SPLIT_K": split,
-            "TAIL": tail, "num_warps": warps, "num_stages": stages}
+            "TAIL": tail, "num_warps": warps, "num_stages": stages, **({"PARTS": parts} if parts != 1 else {})}
+
+
+def parts(config: dict) -> int:
+    return config.get("PARTS", 1)
+
+
+def check_parts(config: dict, kind: str) -> None:
+    """A PARTS config the kernel can build: 16-bit, unsplit, BLOCK_N in PARTS (= 3) power-of-two slices."""
+    p = parts(config)
+    if p == 1:
+        return
+    bnp = config["BLOCK_N"] // p
+    if p != 3 or bnp * p != config["BLOCK_N"] or bnp & (bnp - 1) or bnp < 16 or kind != "16bit" or \
+            config.get("SPLIT_K", 1) != 1 or config.get("TAIL", 0) or config.get("EPI_SPLIT", 1) != 1:
+        raise TiledmmError(f"gluon-ws: config {config} cannot be built: PARTS=3 takes a BLOCK_N of three "
+                           "power-of-two slices, 16-bit operands, SPLIT_K=1, TAIL=0 and EPI_SPLIT=1")
 
 
 MAX_TAIL_SPLIT = 8      # gluon_kernel.TAIL_CHUNKS: a tail tile's rows are shared out in 8 chunks
@@ -117,7 +141,7 @@ def _units(tiles: int, k_steps: int, sms: int, split: int, tail: int) -> tuple[i
 # pick moves there from 128x256's one partial wave; session18_tail128_ab_h100.txt).
 CONFIGS = {
     "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2, tail=1), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 5, tail=1),
-              _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8)],
+              _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8), _c(128, 192, 64, 8, 5, parts=3)],
     "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2),
              _c(64, 128, 32, 4, 6, split=2), _c(256, 128, 32, 8, 3, epi=2)],
 }
@@ -125,7 +149,9 @@ CONFIGS = {
 # 16's sweep at 4096^3 and 8192^3): the no-timing pick's model of a full wave; SPLIT_COST: a split unit's extra
 # time (partial out, fix-up in), split only where the units fit in one wave
 RATE = {(128, 256, 2): 720, (128, 256, 1): 704, (128, 128, 1): 660, (64, 256, 1): 638,
-        (64, 128, 1): 543, (64, 64, 1): 400}
+        (64, 128, 1): 543, (64, 64, 1): 400, (128, 192, 1): 670}
+# 128x192 (PARTS = 3): 678 TFLOP/s at 768 x 4096^2 (132 tiles, one whole wave), ~670 from 4096^3 and 8192^3 over
+# their waves' fill (session19_sweep_bf16_h100.txt)
 RATE_TF32 = {(128, 128, 1): 315, (64, 128, 1): 266, (128, 256, 2): 355}
 # tf32 with an operand in registers (a row-major B, or an M-major A): the rates of B row-major at
 # 4096^3-8192^3 (scripts/bench_gluon_tf32.py, H100); 256x128 only here, where wgmma's n is BLOCK_M = 256
@@ -145,7 +171,8 @@ TAIL_ROUND = 0.25
 def smem_bytes(config: dict, esize: int, out_esize: int) -> int:
     """Shared memory of one program: the operand ring and the output staging tile."""
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
-    return config["num_stages"] * (bm + bn) * bk * esize + bm * bn * out_esize // config.get("EPI_SPLIT", 1)
+    return config["num_stages"] * (bm + bn) * bk * esize + bm * bn * out_esize // (config.get("EPI_SPLIT", 1) *
+                                                                                    parts(config))
 
 
 def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int = 2, reg: bool = False,
@@ -288,6 +315,7 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
     batch, M, N, K, (a, b, c), steps = _stacked(a, b, c)
     a_t, b_t = _order(a) == "t", _order(b) == "t"
+    bnp = bn // parts(config)       # B's block: one of the tile's column slices (PARTS)
     tiles = cdiv(M, bm) * cdiv(N, bn) * batch
     split, epi = config.get("SPLIT_K", 1), config.get("EPI_SPLIT", 1)
     tail_at, tail_split, units = _units(tiles, cdiv(K, bk), num_sms, split, config.get("TAIL", 0))
@@ -296,10 +324,10 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
         tail.update(grid=min(num_sms, units), workspace=(units - tail_at) * bm * bn, counters=tiles - tail_at)
     return {
         "a": (a.t() if a_t else a, [bk, bm] if a_t else [bm, bk]),
-        "b": (b.t() if b_t else b, [bn, bk] if b_t else [bk, bn]),
+        "b": (b.t() if b_t else b, [bnp, bk] if b_t else [bk, bnp]),
         # EPI_SPLIT = 2: the output staging tile is half the tile, along M where the kernel computes
-        # the tile transposed (tf32 with a row-major B), else along N
-        "c": (c, [bm // epi, bn] if operand_mode(a, b) == 2 else [bm, bn // epi]),
+        # the tile transposed (tf32 with a row-major B), else along N; one column slice of a PARTS tile
+        "c": (c, [bm // epi, bn] if operand_mode(a, b) == 2 else [bm, bnp // epi]),
         "A_T": a_t, "B_T": b_t, "tiles": tiles, "split": split, "batch": batch, "steps": steps, "MNK": (M, N, K),
         "grid": min(num_sms, tiles * split),
         # split-K: one fp32 partial tile per unit, one arrival counter per tile
@@ -341,7 +369,7 @@ def _kernel():
 PARAMS = ("a_desc", "b_desc", "c_desc", "c_ptr", "stride_cm", "bias_ptr", "stride_bias", "ws_ptr", "cnt_ptr",
           "M", "N", "K", "batch", "a_step", "b_step", "c_step", "tail_at", "tail_split", "alpha", "beta",
           "STAGES", "A_T", "B_T", "GROUP_M", "NUM_SMS", "HAS_BETA", "ALPHA_ONE", "EPI_SPLIT", "SPLIT_K",
-          "TAIL", "LOADER_REGS", "BIAS", "ACT", "num_warps")
+          "TAIL", "PARTS", "LOADER_REGS", "BIAS", "ACT", "num_warps")
 
 
 @functools.lru_cache(maxsize=None)
@@ -411,7 +439,8 @@ def _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_m
         plan["tail_split"], alpha, beta,
         STAGES=config["num_stages"], A_T=plan["A_T"], B_T=plan["B_T"], GROUP_M=config["GROUP_M"],
         NUM_SMS=sms, HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0, EPI_SPLIT=config.get("EPI_SPLIT", 1),
-        SPLIT_K=plan["split"], TAIL=config.get("TAIL", 0), LOADER_REGS=LOADER_REGS, BIAS=bias_mode, ACT=act, num_warps=config["num_warps"])
+        SPLIT_K=plan["split"], TAIL=config.get("TAIL", 0), PARTS=parts(config), LOADER_REGS=LOADER_REGS,
+        BIAS=bias_mode, ACT=act, num_warps=config["num_warps"])
     return ck, descs
 
 
@@ -591,8 +620,8 @@ def _bind(spec, ck, descs, config: dict, sms: int, a_t: bool, b_t: bool, flags: 
         if td.params == PARAMS:
             has_beta, alpha_one, bias_mode, act = flags      # the constexprs (passed, not read, by the C launch)
             consts = (config["num_stages"], a_t, b_t, config["GROUP_M"], sms, has_beta, alpha_one,
-                      config.get("EPI_SPLIT", 1), config.get("SPLIT_K", 1), config.get("TAIL", 0), LOADER_REGS,
-                      bias_mode, act, config["num_warps"])
+                      config.get("EPI_SPLIT", 1), config.get("SPLIT_K", 1), config.get("TAIL", 0), parts(config),
+                      LOADER_REGS, bias_mode, act, config["num_warps"])
             _bound[spec] = _Bound(td, config, sms, a_t, b_t, consts)
             return
     if not _adapter.decided():
@@ -632,8 +661,14 @@ def _from_index(spec, a, b, c, config, sms, a_t, b_t, flags):
 
 
 def _full_config(config, M: int, N: int, K: int, a, c, sms: int, reg: bool = False, batch: int = 1) -> dict:
+    """``config`` completed from the model's pick where it names only some meta-parameters (a tile width
+    given without PARTS is one accumulator wide), checked where it names PARTS."""
     if not config or not _FULL <= config.keys():
-        config = {**_pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size(), reg, batch), **(config or {})}
+        pick = _pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size(), reg, batch)
+        if config and "BLOCK_N" in config:
+            pick = {k: v for k, v in pick.items() if k != "PARTS"}
+        config = {**pick, **(config or {})}
+    check_parts(config, _DTYPES[str(a.dtype)])
     return config
 
 

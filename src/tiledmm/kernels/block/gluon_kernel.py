@@ -135,11 +135,12 @@ def _unit(unit, num_pid_m, num_pid_n, k_tiles, tail_at, tail_split, GROUP_M: gl.
 def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, batch, a_step, b_step, tail_at, tail_split,
             BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
             A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
-            SPLIT_K: gl.constexpr, TAIL: gl.constexpr):
+            SPLIT_K: gl.constexpr, TAIL: gl.constexpr, PARTS: gl.constexpr):
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
     k_tiles = gl.cdiv(K, BK)
-    nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+    BNP: gl.constexpr = BN // PARTS
+    nbytes: gl.constexpr = a_desc.block_type.nbytes + PARTS * b_desc.block_type.nbytes
     it = 0
     for unit in range(gl.program_id(0), _units(num_pid_m, num_pid_n, batch, tail_at, tail_split, SPLIT_K, TAIL),
                       NUM_SMS):
@@ -161,10 +162,11 @@ def _loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, batch, a_step
                 _tma_load(a_desc, [row_a + k, off_m], bar, a_bufs.index(s))
             else:
                 _tma_load(a_desc, [row_a + off_m, k], bar, a_bufs.index(s))
-            if B_T:
-                _tma_load(b_desc, [row_b + off_n, k], bar, b_bufs.index(s))
-            else:
-                _tma_load(b_desc, [row_b + k, off_n], bar, b_bufs.index(s))
+            for j in gl.static_range(PARTS):       # B's columns of the tile in PARTS slices (``_consumer``)
+                if B_T:
+                    _tma_load(b_desc, [row_b + off_n + j * BNP, k], bar, b_bufs.index(s * PARTS + j))
+                else:
+                    _tma_load(b_desc, [row_b + k, off_n + j * BNP], bar, b_bufs.index(s * PARTS + j))
             it += 1
 
 
@@ -313,12 +315,16 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
               A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr, NUM_SMS: gl.constexpr,
               HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr, EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr,
-              TAIL: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr):
+              TAIL: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr, NUM_WARPS: gl.constexpr,
+              PARTS: gl.constexpr):
     MODE: gl.constexpr = _operand_mode(a_bufs.dtype, A_T, B_T)
+    # PARTS = 3: the tile's BN columns in three accumulators of BN / 3 (a 128x192 tile: register tensors
+    # have power-of-two shapes), one wgmma each per K-step on B's three slices; operand mode 0, no split
+    BNP: gl.constexpr = BN // PARTS
     if MODE == 2:   # the accumulator holds the tile transposed, (BN, BM)
         mma_layout: gl.constexpr = _acc_layout(a_bufs.dtype, BM, NUM_WARPS)
     else:
-        mma_layout: gl.constexpr = _acc_layout(a_bufs.dtype, BN, NUM_WARPS)
+        mma_layout: gl.constexpr = _acc_layout(a_bufs.dtype, BNP, NUM_WARPS)
     reg_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_layout, k_width=1)
     num_pid_m = gl.cdiv(M, BM)
     num_pid_n = gl.cdiv(N, BN)
@@ -334,8 +340,33 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
         if MODE == 2:
             acc = gl.zeros((BN, BM), dtype=gl.float32, layout=mma_layout)
         else:
-            acc = gl.zeros((BM, BN), dtype=gl.float32, layout=mma_layout)
-        if MODE == 0:
+            acc = gl.zeros((BM, BNP), dtype=gl.float32, layout=mma_layout)
+        if PARTS == 3:
+            acc1 = gl.zeros((BM, BNP), dtype=gl.float32, layout=mma_layout)
+            acc2 = gl.zeros((BM, BNP), dtype=gl.float32, layout=mma_layout)
+            for ki in range(k_lo, k_hi):
+                s = it % STAGES
+                mbarrier.wait(ready.index(s), (it // STAGES) & 1)
+                a = a_bufs.index(s)
+                if A_T:
+                    a = a.permute((1, 0))
+                b0 = b_bufs.index(3 * s)
+                b1 = b_bufs.index(3 * s + 1)
+                b2 = b_bufs.index(3 * s + 2)
+                if B_T:
+                    b0 = b0.permute((1, 0))
+                    b1 = b1.permute((1, 0))
+                    b2 = b2.permute((1, 0))
+                acc = warpgroup_mma(a, b0, acc, is_async=True)
+                acc1 = warpgroup_mma(a, b1, acc1, is_async=True)
+                acc2 = warpgroup_mma(a, b2, acc2, is_async=True)
+                # this K-step's three wgmmas stay in flight: the step before is done, its stage goes back
+                acc, acc1, acc2 = warpgroup_mma_wait(3, deps=(acc, acc1, acc2))
+                mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
+                it += 1
+            acc, acc1, acc2 = warpgroup_mma_wait(0, deps=(acc, acc1, acc2))
+            mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=k_hi > k_lo)
+        elif MODE == 0:
             for ki in range(k_lo, k_hi):
                 s = it % STAGES
                 mbarrier.wait(ready.index(s), (it // STAGES) & 1)
@@ -397,6 +428,17 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
                 _tail_unit(acc, unit - tail_at, tail_split, ws_ptr, cnt_ptr, c_ptr, stride_cm, row_bias, stride_bias,
                            row_c + pid_m * BM, pid_n * BN, m_end, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE,
                            BIAS, ACT, NUM_WARPS)
+        elif PARTS == 3:      # the three column slices in turn through c_smem (one slice wide); none past N
+            _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, row_bias, stride_bias, row_c + pid_m * BM, pid_n * BN,
+                      m_end, N, alpha, beta, layout, BM, BNP, HAS_BETA, ALPHA_ONE, 1, BIAS, ACT, False)
+            if pid_n * BN + BNP < N:
+                _epilogue(acc1, c_desc, c_smem, c_ptr, stride_cm, row_bias, stride_bias, row_c + pid_m * BM,
+                          pid_n * BN + BNP, m_end, N, alpha, beta, layout, BM, BNP, HAS_BETA, ALPHA_ONE, 1, BIAS, ACT,
+                          False)
+            if pid_n * BN + 2 * BNP < N:
+                _epilogue(acc2, c_desc, c_smem, c_ptr, stride_cm, row_bias, stride_bias, row_c + pid_m * BM,
+                          pid_n * BN + 2 * BNP, m_end, N, alpha, beta, layout, BM, BNP, HAS_BETA, ALPHA_ONE, 1, BIAS,
+                          ACT, False)
         elif SPLIT_K == 1:
             _epilogue(acc, c_desc, c_smem, c_ptr, stride_cm, row_bias, stride_bias, row_c + pid_m * BM, pid_n * BN,
                       m_end, N, alpha, beta, layout, BM, BN, HAS_BETA, ALPHA_ONE, EPI_SPLIT, BIAS, ACT, MODE == 2)
@@ -422,16 +464,17 @@ def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_b
                     batch, a_step, b_step, c_step, tail_at, tail_split, alpha, beta,
                     STAGES: gl.constexpr, A_T: gl.constexpr, B_T: gl.constexpr, GROUP_M: gl.constexpr,
                     NUM_SMS: gl.constexpr, HAS_BETA: gl.constexpr, ALPHA_ONE: gl.constexpr,
-                    EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, TAIL: gl.constexpr, LOADER_REGS: gl.constexpr,
-                    BIAS: gl.constexpr, ACT: gl.constexpr, num_warps: gl.constexpr):
-    # the output staging tile is half the tile where EPI_SPLIT = 2: along M in operand mode 2, else along N
+                    EPI_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, TAIL: gl.constexpr, PARTS: gl.constexpr,
+                    LOADER_REGS: gl.constexpr, BIAS: gl.constexpr, ACT: gl.constexpr, num_warps: gl.constexpr):
+    # the output staging tile is half the tile where EPI_SPLIT = 2: along M in operand mode 2, else along N;
+    # one of its PARTS column slices (B's block too) where PARTS > 1
     ROWS: gl.constexpr = _operand_mode(a_desc.dtype, A_T, B_T) == 2
     BM: gl.constexpr = c_desc.block_type.shape[0] * (EPI_SPLIT if ROWS else 1)
-    BN: gl.constexpr = c_desc.block_type.shape[1] * (1 if ROWS else EPI_SPLIT)
+    BN: gl.constexpr = c_desc.block_type.shape[1] * (1 if ROWS else EPI_SPLIT) * PARTS
     BK: gl.constexpr = b_desc.block_type.shape[1] if B_T else b_desc.block_type.shape[0]
     dtype: gl.constexpr = a_desc.dtype
     a_bufs = gl.allocate_shared_memory(dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES * PARTS] + b_desc.block_type.shape, b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -442,9 +485,10 @@ def gluon_ws_kernel(a_desc, b_desc, c_desc, c_ptr, stride_cm, bias_ptr, stride_b
     gl.warp_specialize([
         (_consumer, (c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bias_ptr, stride_bias,
                      ws_ptr, cnt_ptr, M, N, K, batch, c_step, tail_at, tail_split, alpha, beta, BM, BN, BK, STAGES,
-                     A_T, B_T, GROUP_M, NUM_SMS, HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, TAIL, BIAS, ACT, num_warps)),
+                     A_T, B_T, GROUP_M, NUM_SMS, HAS_BETA, ALPHA_ONE, EPI_SPLIT, SPLIT_K, TAIL, BIAS, ACT, num_warps,
+                     PARTS)),
         (_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, M, N, K, batch, a_step, b_step, tail_at, tail_split,
-                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K, TAIL)),
+                   BM, BN, BK, STAGES, A_T, B_T, GROUP_M, NUM_SMS, SPLIT_K, TAIL, PARTS)),
     ], [1], [LOADER_REGS])
 
     for i in gl.static_range(STAGES):
