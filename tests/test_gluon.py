@@ -399,26 +399,28 @@ def test_gpu_ragged_every_config(dtype, cfg):
     _check(777, 1000, 1000, dtype, cfg)
 
 
-_PARTS3 = next(c for c in G.CONFIGS["16bit"] if c.get("PARTS", 1) == 3)
+_PARTS3 = [c for c in G.CONFIGS["16bit"] if c.get("PARTS", 1) == 3]
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cfg", _PARTS3, ids=lambda c: f"{c['BLOCK_M']}x{c['BLOCK_N']}")
 @pytest.mark.parametrize("dtype", [BF16, FP16])
 @pytest.mark.parametrize("a_t, b_t", [(False, False), (True, False), (False, True), (True, True)])
-def test_gpu_a_tile_of_three_parts(dtype, a_t, b_t):
-    """The 128x192 tile: N ending in each of its three 64-column slices (1000 = 5 x 192 + 40, 1080 = ... + 120,
-    1144 = ... + 184) and on a tile edge (960), many tiles (two rounds), alpha and beta, the bias and an
-    activation, and a batch in one launch (sizes multiples of 8: TMA's 16-byte rows in every layout)."""
+def test_gpu_a_tile_of_three_parts(cfg, dtype, a_t, b_t):
+    """The 128x192 and 64x192 tiles: N ending in each of the three 64-column slices (1000 = 5 x 192 + 40,
+    1080 = ... + 120, 1144 = ... + 184) and on a tile edge (960), many tiles (two rounds), alpha and beta, the
+    bias and an activation, and a batch in one launch (sizes multiples of 8: TMA's 16-byte rows in every
+    layout)."""
     if not G._is_hopper():
         pytest.skip("needs a Hopper GPU")
     for M, N, K in ((776, 1000, 1000), (304, 1080, 264), (128, 1144, 72), (256, 960, 4096), (1496, 4000, 320)):
-        _check(M, N, K, dtype, _PARTS3, a_t, b_t)
-    _check(304, 1080, 264, dtype, _PARTS3, a_t, b_t, alpha=0.5, beta=2.0)
-    _check_epilogue(336, 1000, 200, _PARTS3, 1, "gelu", FP32, alpha=0.5, beta=2.0, a_t=a_t, b_t=b_t, dtype=dtype)
-    _check_epilogue(336, 1144, 200, _PARTS3, 2, "silu", dtype, a_t=a_t, b_t=b_t, dtype=dtype)
+        _check(M, N, K, dtype, cfg, a_t, b_t)
+    _check(304, 1080, 264, dtype, cfg, a_t, b_t, alpha=0.5, beta=2.0)
+    _check_epilogue(336, 1000, 200, cfg, 1, "gelu", FP32, alpha=0.5, beta=2.0, a_t=a_t, b_t=b_t, dtype=dtype)
+    _check_epilogue(336, 1144, 200, cfg, 2, "silu", dtype, a_t=a_t, b_t=b_t, dtype=dtype)
     a, b, c = _batch(3, 256, 1000, 320, dtype, a_t, b_t, device="cuda")
     c.fill_(float("nan"))
-    G.launch(a, b, c, precision="none", config=_PARTS3)
+    G.launch(a, b, c, precision="none", config=cfg)
     torch.cuda.synchronize()
     ref = a.double() @ b.double()
     for p in range(3):

@@ -35,9 +35,9 @@ descriptor_plan -- is here and imports no Gluon.
 * tiles whose width is not a power of two (config PARTS): register tensors must have
   power-of-two shapes, so a 128x192 tile is three accumulators of 128x64, one wgmma each per
   K-step on B's three 64-column slices (three TMA loads into three buffers of a stage), stored
-  one slice after another. It fills waves that 128x256 leaves part empty (256 x 11008: 116 tiles
-  where 128x256 has 86, on 132 SMs) -- cuBLAS's own choice there is a 192-wide tile. 16-bit only,
-  never split.
+  one slice after another (64x192 likewise, one consumer warpgroup). They fill waves that the
+  power-of-two tiles leave part empty (256 x 11008: 116 tiles of 128x192 where 128x256 has 86, on
+  132 SMs) -- cuBLAS's own choice there is a 192-wide tile. 16-bit only, never split.
 
 tf32 (float32 operands): wgmma reads 32-bit operands from shared memory only K-major, but its
 first operand may come from registers in any layout. A row-major and B column-major: both from
@@ -141,7 +141,8 @@ def _units(tiles: int, k_steps: int, sms: int, split: int, tail: int) -> tuple[i
 # pick moves there from 128x256's one partial wave; session18_tail128_ab_h100.txt).
 CONFIGS = {
     "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2, tail=1), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 5, tail=1),
-              _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8), _c(128, 192, 64, 8, 5, parts=3)],
+              _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8), _c(128, 192, 64, 8, 5, parts=3),
+              _c(64, 192, 64, 4, 6, parts=3)],
     "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2),
              _c(64, 128, 32, 4, 6, split=2), _c(256, 128, 32, 8, 3, epi=2)],
 }
@@ -149,9 +150,11 @@ CONFIGS = {
 # 16's sweep at 4096^3 and 8192^3): the no-timing pick's model of a full wave; SPLIT_COST: a split unit's extra
 # time (partial out, fix-up in), split only where the units fit in one wave
 RATE = {(128, 256, 2): 720, (128, 256, 1): 704, (128, 128, 1): 660, (64, 256, 1): 638,
-        (64, 128, 1): 543, (64, 64, 1): 400, (128, 192, 1): 670}
+        (64, 128, 1): 543, (64, 64, 1): 400, (128, 192, 1): 670, (64, 192, 1): 540}
 # 128x192 (PARTS = 3): 678 TFLOP/s at 768 x 4096^2 (132 tiles, one whole wave), ~670 from 4096^3 and 8192^3 over
-# their waves' fill (session19_sweep_bf16_h100.txt)
+# their waves' fill (session19_sweep_bf16_h100.txt). 64x192: 465 (384 x 4096^2, one whole wave) to 680 (256 x 13824
+# x 5120, K long) -- 540 puts it where it measured best (257-384 x 4096^2, 256 x 5120 x 5120 and x 13824;
+# session19_sweep_64x192_bf16_h100.txt)
 RATE_TF32 = {(128, 128, 1): 315, (64, 128, 1): 266, (128, 256, 2): 355}
 # tf32 with an operand in registers (a row-major B, or an M-major A): the rates of B row-major at
 # 4096^3-8192^3 (scripts/bench_gluon_tf32.py, H100); 256x128 only here, where wgmma's n is BLOCK_M = 256

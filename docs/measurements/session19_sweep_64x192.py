@@ -1,0 +1,36 @@
+"""Scratch (session 19): the 64x192 and 128x192 three-accumulator tile (PARTS=3) against the configs the model picks, bf16,
+GPU time (timing.time_calls, 3 input sets rotated, out= kept), twice each. Shapes M x K x N. '!' = wrong result."""
+import json, os, sys
+import torch, tiledmm
+from tiledmm import timing
+from tiledmm.kernels.block import gluon_gemm as G
+c_ = G._c
+CFGS = {"pick": None, "64x192": c_(64, 192, 64, 4, 6, parts=3), "64x128": c_(64, 128, 64, 4, 6),
+        "64x256": c_(64, 256, 64, 4, 4), "128s5t": c_(128, 128, 64, 8, 5, tail=1), "192s5": c_(128, 192, 64, 8, 5, parts=3)}
+SHAPES = [(m, 4096, 4096) for m in (96, 128, 160, 192, 257, 300, 320, 384, 448, 1100, 1920)] + [
+    (256, 4096, 11008), (128, 4096, 11008), (256, 5120, 5120), (256, 13824, 5120), (64, 4096, 4096), (64, 4096, 11008),
+    (512, 4096, 4096)]
+dt = torch.bfloat16 if "fp16" not in sys.argv else torch.float16
+rows = []
+for (M, K, N) in SHAPES:
+    sets = [(torch.randn(M, K, device="cuda").to(dt), torch.randn(K, N, device="cuda").to(dt)) for _ in range(3)]
+    a, b = sets[0]; ref = a.double() @ b.double()
+    tq = timing.time_calls([lambda a=a, b=b: torch.matmul(a, b) for a, b in sets])
+    td = timing.time_calls([lambda a=a, b=b: tiledmm.matmul(a, b) for a, b in sets])
+    pick = G.heuristic(M, N, K, "16bit")
+    row = {"shape": [M, K, N], "torch_us": tq * 1e3, "default_us": td * 1e3, "pick": pick}
+    line = f"{M}x{K}x{N} torch {tq*1e3:.1f} default {td*1e3:.1f} ({tq/td:.2f}) pick {pick['BLOCK_M']}x{pick['BLOCK_N']} |"
+    for name, cfg in CFGS.items():
+        outs = [torch.full((M, N), float("nan"), device="cuda", dtype=dt) for _ in sets]
+        try:
+            G.launch(a, b, outs[0], precision="none", config=cfg); torch.cuda.synchronize()
+        except Exception as e:
+            line += f" {name} {repr(e)[:80]}"; continue
+        err = ((outs[0].double() - ref).norm() / ref.norm()).item()
+        ts = [timing.time_calls([lambda a=a, b=b, o=o: G.launch(a, b, o, precision="none", config=cfg)
+                                 for (a, b), o in zip(sets, outs)]) * 1e3 for _ in range(2)]
+        row[name] = (ts, err)
+        line += f" {name} {min(ts):.1f}/{max(ts):.1f}{'!' if err > 1e-2 or err != err else ''}"
+    rows.append(row)
+    print(line, flush=True)
+    json.dump(rows, open(os.path.join(os.environ.get("OUT", "/tmp"), f"sweep19b_{str(dt)[6:]}.json"), "w"))
