@@ -146,13 +146,13 @@ def test_the_class_launch_takes_the_bound_specialisation_for_any_size_of_the_cla
 
 def test_a_class_launch_without_a_config_takes_the_models_config_for_each_size(monkeypatch):
     """The dispatcher's untimed plans bind no config (matmul._resolve, ``by_shape``): the class launch then
-    runs each call with the model's config for that call's own size. 256x5120x5120 and 256x4096x4096 share a
+    runs each call with the model's config for that call's own size. 256x8192x8192 and 256x4096x4096 share a
     short-path class but not a config (128x128 and 64x128): the second size's first call returns False (its
     config is not bound yet), the variant's launch -- picking the same -- binds it, and from then on each
     size launches its own specialisation through the class launch."""
     f = _Fake(monkeypatch)
 
-    big, small = (256, 5120, 5120), (256, 4096, 4096)
+    big, small = (256, 8192, 8192), (256, 4096, 4096)
     tiles = {s: (G.heuristic(*s, "16bit")["BLOCK_M"], G.heuristic(*s, "16bit")["BLOCK_N"]) for s in (big, small)}
     assert tiles[big] == (128, 128) and tiles[small] == (64, 128)
     mats = {s: _lazy(*s) for s in (big, small)}
@@ -160,13 +160,13 @@ def test_a_class_launch_without_a_config_takes_the_models_config_for_each_size(m
     G.launch(a, b, c, precision="none")
     cls = G.class_launch(a, b, c, 1.0, 0.0, precision="none")
     assert isinstance(cls, G._ClassLaunch) and len(f.public) == 1
-    assert cls(5, _env(a, b, c)) is True and f.c[-1][0] == 2 * 40    # 128x128 tiles of 256x5120
+    assert cls(5, _env(a, b, c)) is True and f.c[-1][0] == 2 * 64    # 128x128 tiles of 256x8192
     a2, b2, c2 = mats[small]
     assert cls(5, _env(a2, b2, c2)) is False and len(f.c) == 1      # 64x128 is not bound yet: nothing launched
     G.launch(a2, b2, c2, precision="none")                        # the variant's launch binds it
     assert len(f.public) == 2 and f.public[-1][3]["BLOCK_M"] == 64
     assert cls(5, _env(a2, b2, c2)) is True and f.c[-1][0] == 4 * 32   # its own tiles: 64x128 of 256x4096
-    assert cls(5, _env(a, b, c)) is True and f.c[-1][0] == 2 * 40
+    assert cls(5, _env(a, b, c)) is True and f.c[-1][0] == 2 * 64
     # with a config (a stored or timed choice) the class keeps it for every size (its plain build here: a TAIL
     # config's split build would be bound by the first call whose last wave splits, as below)
     fixed = G.class_launch(a, b, c, 1.0, 0.0, precision="none", config=dict(G.heuristic(*big, "16bit"), TAIL=0))
