@@ -59,6 +59,16 @@ def _operand_mode(dtype, A_T, B_T):
 
 
 @gluon.jit
+def _smem_operand(bufs, i, T: gl.constexpr):
+    """Ring buffer i as wgmma reads it from shared memory: an operand held transposed (``T``: the TMA
+    descriptor is its transpose's) as a permuted view."""
+    x = bufs.index(i)
+    if T:
+        x = x.permute((1, 0))
+    return x
+
+
+@gluon.jit
 def _reg_mma(a_bufs, b_bufs, ready, s, phase, acc, reg_layout: gl.constexpr, MODE: gl.constexpr, A_T: gl.constexpr):
     """Operand modes 1 and 2: wait for stage s, load its register operand and issue the async wgmma.
     Returns (the register operand, the accumulator)."""
@@ -347,19 +357,10 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
             for ki in range(k_lo, k_hi):
                 s = it % STAGES
                 mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-                a = a_bufs.index(s)
-                if A_T:
-                    a = a.permute((1, 0))
-                b0 = b_bufs.index(3 * s)
-                b1 = b_bufs.index(3 * s + 1)
-                b2 = b_bufs.index(3 * s + 2)
-                if B_T:
-                    b0 = b0.permute((1, 0))
-                    b1 = b1.permute((1, 0))
-                    b2 = b2.permute((1, 0))
-                acc = warpgroup_mma(a, b0, acc, is_async=True)
-                acc1 = warpgroup_mma(a, b1, acc1, is_async=True)
-                acc2 = warpgroup_mma(a, b2, acc2, is_async=True)
+                a = _smem_operand(a_bufs, s, A_T)
+                acc = warpgroup_mma(a, _smem_operand(b_bufs, 3 * s, B_T), acc, is_async=True)
+                acc1 = warpgroup_mma(a, _smem_operand(b_bufs, 3 * s + 1, B_T), acc1, is_async=True)
+                acc2 = warpgroup_mma(a, _smem_operand(b_bufs, 3 * s + 2, B_T), acc2, is_async=True)
                 # this K-step's three wgmmas stay in flight: the step before is done, its stage goes back
                 acc, acc1, acc2 = warpgroup_mma_wait(3, deps=(acc, acc1, acc2))
                 mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
@@ -370,13 +371,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
             for ki in range(k_lo, k_hi):
                 s = it % STAGES
                 mbarrier.wait(ready.index(s), (it // STAGES) & 1)
-                a = a_bufs.index(s)
-                if A_T:
-                    a = a.permute((1, 0))
-                b = b_bufs.index(s)
-                if B_T:
-                    b = b.permute((1, 0))
-                acc = warpgroup_mma(a, b, acc, is_async=True)
+                acc = warpgroup_mma(_smem_operand(a_bufs, s, A_T), _smem_operand(b_bufs, s, B_T), acc, is_async=True)
                 # one wgmma stays in flight: the one before it is done, so its stage goes back
                 acc = warpgroup_mma_wait(1, deps=(acc,))
                 mbarrier.arrive(empty.index((it + STAGES - 1) % STAGES), pred=ki > k_lo)
