@@ -711,6 +711,53 @@ def test_gpu_cuda_graph_captures_the_bound_launch():
     assert ((c.double() - ref).norm() / ref.norm()).item() < 1e-2
 
 
+@pytest.mark.gpu
+def test_gpu_split_launches_keep_a_workspace_per_stream_and_a_graph_its_own():
+    """Split launches (the tail split of 128x128) reuse their stream's kept workspace: two streams at once,
+    a launch that outgrows it, and a CUDA graph captured on another stream (its workspace made in the
+    graph's memory) replayed between eager ones -- each result against float64."""
+    if not G._is_hopper():
+        pytest.skip("needs a Hopper GPU")
+    cfg = G.CONFIGS["16bit"][2]
+    assert cfg["TAIL"] and (cfg["BLOCK_M"], cfg["BLOCK_N"]) == (128, 128)
+    jobs = [_mats(M, 2048, 1024, BF16, device="cuda") for M in (1100, 1100, 1500)]   # 144 / 192 tiles: split
+    for M, (a, b, c) in zip((1100, 1100, 1500), jobs):
+        assert G._tail_splits(M, 2048, 1024, 128, 128, 64, G._num_sms())
+    run = lambda a, b, c: G.launch(a, b, c, precision="none", config=cfg)  # noqa: E731
+
+    def check(a, b, c):
+        ref = a.double() @ b.double()
+        return ((c.double() - ref).norm() / ref.norm()).item()
+    run(*jobs[0])
+    run(*jobs[0])                                      # bound: the stream's kept workspace
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    for s in (s1, s2):
+        s.wait_stream(torch.cuda.current_stream())
+    for _ in range(3):
+        for s, job in ((s1, jobs[0]), (s2, jobs[1])):
+            job[2].fill_(float("nan"))
+            with torch.cuda.stream(s):
+                run(*job)
+    torch.cuda.synchronize()
+    assert check(*jobs[0]) < 1e-2 and check(*jobs[1]) < 1e-2
+    keys = {k for k in G._WS if k[1] in (s1.cuda_stream, s2.cuda_stream)}
+    assert len(keys) == 2 and G._WS[keys.pop()].data_ptr() != G._WS[keys.pop()].data_ptr()
+    sg = torch.cuda.Stream()
+    sg.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=sg):
+        run(*jobs[1])
+    a, b, c = jobs[1]
+    a.copy_(torch.randn_like(a, dtype=FP32).to(BF16))
+    for _ in range(2):
+        c.fill_(float("nan"))
+        jobs[2][2].fill_(float("nan"))
+        run(*jobs[2])                                  # more tiles to split than before: the workspace grows
+        graph.replay()
+        torch.cuda.synchronize()
+        assert check(*jobs[1]) < 1e-2 and check(*jobs[2]) < 1e-2
+
+
 # -- the variant in the dispatcher (variants.GLUON; the model's side is in tests/test_heuristics.py) --
 
 def test_registered_as_a_gpu_only_variant_bound_by_its_own_class_launch():

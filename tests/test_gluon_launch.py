@@ -77,6 +77,13 @@ class _Fake:
         monkeypatch.setattr(G, "current_stream", lambda: 7)
         monkeypatch.setattr(G, "_SCRATCH", {k: (torch.zeros(1), torch.zeros(1024, dtype=torch.int32))
                                             for k in (-1, (-1, 7), (-1, 9))})   # per device; per stream (7, 9)
+        monkeypatch.setattr(G, "_WS", {})
+        self.kept = []          # the split workspaces kept (fastlaunch.keep's, on the CPU here)
+
+        def keep(nbytes, dev):
+            self.kept.append(torch.empty(nbytes, dtype=torch.int8))
+            return self.kept[-1]
+        monkeypatch.setattr(G, "keep", keep)
 
 
 CFG = G._c(64, 128, 64, 4, 6)
@@ -173,9 +180,10 @@ def test_a_class_launch_without_a_config_takes_the_models_config_for_each_size(m
     assert fixed.by_shape is None and fixed(5, _env(a2, b2, c2)) is True and f.c[-1][0] == 2 * 32
 
 
-def test_a_class_launch_repeats_a_calls_arguments_but_not_a_split_launchs(monkeypatch):
+def test_a_class_launch_repeats_a_calls_arguments_and_a_split_launchs_on_its_stream(monkeypatch):
     """The same call values again: the kept arguments (no descriptor looked up, the same C-launch arguments
-    on the call's stream); a TAIL launch that splits its last wave takes a fresh workspace every call."""
+    on the call's stream); a TAIL launch that splits its last wave names its stream's counters and kept
+    workspace, so its arguments are repeated on that stream only."""
     f = _Fake(monkeypatch)
 
     a, b, c = _lazy(300, 520, 264)
@@ -195,13 +203,22 @@ def test_a_class_launch_repeats_a_calls_arguments_but_not_a_split_launchs(monkey
     for x, y, z in ((a, b, c), (a2, b2, c2)):
         G.launch(x, y, z, precision="none", config=tail)
     cls = G.class_launch(a2, b2, c2, 1.0, 0.0, precision="none", config=tail)
-    made = []       # the split launches' workspaces: made fresh for each call (their addresses may repeat: the
-    scratch = G._scratch     # allocator may hand a freed block back, so the test counts the tensors made)
-    monkeypatch.setattr(G, "_scratch", lambda *x: made.append(x[2]) or scratch(*x))
-    for _ in range(2):
+    assert cls(7, _env(a2, b2, c2)) is True and cls(7, _env(a, b, c)) is True
+    split = f.c[-2]
+    ws7, cnt7 = G._WS[(-1, 7)], G._SCRATCH[(-1, 7)][1]
+    tail_at, tail_split = G.tail_plan(9 * 16, 64, 132)
+    assert split[3] == 7 and split[32:34] == (ws7.data_ptr(), cnt7.data_ptr()) and split[42] == tail_split > 1
+    assert ws7.numel() >= (144 - tail_at) * tail_split * 128 * 256
+    assert f.c[-1][32] == G._SCRATCH[-1][0].data_ptr()      # the unsplit launch: the stand-in, never read
+    desc = G._Bound.desc
+    monkeypatch.setattr(G._Bound, "desc", lambda *x: calls.append(x))
+    for _ in range(2):                      # again on stream 7: both from the kept arguments
         assert cls(7, _env(a2, b2, c2)) is True and cls(7, _env(a, b, c)) is True
-    assert list(cls.ready) == [_env(a, b, c)]
-    assert len([w for w in made if w]) == 2 and f.c[-2][32] != f.c[-1][32]
+    assert not calls and f.c[-2] == split and len(f.kept) == 1
+    monkeypatch.setattr(G._Bound, "desc", desc)
+    assert cls(9, _env(a2, b2, c2)) is True and cls(9, _env(a, b, c)) is True   # stream 9: its own for the split
+    assert f.c[-2][3] == 9 and f.c[-2][32:34] == (G._WS[(-1, 9)].data_ptr(), G._SCRATCH[(-1, 9)][1].data_ptr())
+    assert f.c[-2][32] != split[32] and f.c[-1][4:] == f.c[-3][4:]     # the unsplit one: the same arguments
 
 
 def _lazy(M, N, K):
@@ -252,19 +269,27 @@ def test_what_triton_compiles_separately_is_bound_separately(monkeypatch):
     assert f.c[1][43] == 6.0 and f.c[2][44] == 3.0           # alpha, beta: the call's values
 
 
-def test_split_k_takes_a_fresh_workspace_and_the_counters(monkeypatch):
+def test_split_k_takes_its_streams_kept_workspace_and_counters(monkeypatch):
     f = _Fake(monkeypatch)
     cfg = G._c(64, 128, 64, 4, 6, split=4)
     a, b, c = _mats(300, 520, 264)
-    for _ in range(2):
+    for _ in range(3):      # (the first through Gluon's own launch)
         G.launch(a, b, c, precision="none", config=cfg)
     tiles = -(-300 // 64) * -(-520 // 128)
     args = f.c[0]
     assert args[0] == min(132, tiles * 4) and args[33] == G._SCRATCH[(-1, 7)][1].data_ptr()   # the stream's counters
-    assert args[32] != G._SCRATCH[-1][0].data_ptr() and args[53] == 4
+    ws7 = G._WS[(-1, 7)]
+    assert args[32] == ws7.data_ptr() != G._SCRATCH[-1][0].data_ptr() and args[53] == 4
+    assert ws7.numel() == tiles * 4 * 64 * 128 and len(f.kept) == 1 and f.c[1][32] == args[32]   # kept, not made again
     monkeypatch.setattr(G, "current_stream", lambda: 9)
     G.launch(a, b, c, precision="none", config=cfg)
     assert f.c[-1][33] == G._SCRATCH[(-1, 9)][1].data_ptr() != args[33]     # another stream: other counters
+    assert f.c[-1][32] == G._WS[(-1, 9)].data_ptr() != args[32] and len(f.kept) == 2   # and workspace
+    monkeypatch.setattr(G, "current_stream", lambda: 7)
+    a2, b2, c2 = _mats(600, 520, 264)       # twice the tiles: the stream's workspace doubles; the old one stays kept
+    G.launch(a2, b2, c2, precision="none", config=cfg)
+    assert G._WS[(-1, 7)].numel() == 2 * ws7.numel() and f.c[-1][32] == G._WS[(-1, 7)].data_ptr()
+    assert len(f.kept) == 3 and any(k.data_ptr() == ws7.data_ptr() for k in f.kept)
 
 
 def test_a_split_launchs_workspace_is_alive_when_its_launch_is_queued(monkeypatch):
@@ -273,15 +298,16 @@ def test_a_split_launchs_workspace_is_alive_when_its_launch_is_queued(monkeypatc
     (compute-sanitizer's memcheck saw the kernel write a freed workspace: session 15)."""
     import weakref
     f = _Fake(monkeypatch)
+    monkeypatch.setattr(G, "keep", lambda nbytes, dev: None)    # nothing kept (a capture, the kept total full)
     made = []
-    scratch = G._scratch
+    workspace = G._workspace
 
-    def tracked(dev, counters, workspace, stream=None):
-        ws, cnt = scratch(dev, counters, workspace, stream)
-        if workspace:
-            made.append(weakref.ref(ws))
-        return ws, cnt
-    monkeypatch.setattr(G, "_scratch", tracked)
+    def tracked(dev, stream, n, where):
+        ws, hold = workspace(dev, stream, n, where)
+        assert hold is ws and not G._WS       # made for the call
+        made.append(weakref.ref(ws))
+        return ws, hold
+    monkeypatch.setattr(G, "_workspace", tracked)
     alive = []
     raw = f.c.append
 

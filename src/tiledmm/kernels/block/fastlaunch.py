@@ -508,6 +508,22 @@ def _scratch(nbytes: int):
         return torch.empty(nbytes, device="cuda", dtype=torch.int8)
 
 
+def keep(nbytes: int, dev: int):
+    """``_scratch`` on device ``dev``, kept for good and counted against MAX_KEPT_BYTES with the bound
+    launches' buffers: None where that total would pass the cap or a capture is under way."""
+    global _kept_bytes
+    import torch
+    with _kept_lock:
+        if _kept_bytes + nbytes > MAX_KEPT_BYTES:
+            return None
+        with torch.cuda.device(dev):
+            have = _scratch(nbytes)
+        if have is not None:
+            _kept.append(have)
+            _kept_bytes += nbytes
+    return have
+
+
 _raw_stream = None
 
 

@@ -71,7 +71,7 @@ import warnings
 
 from ... import _adapter
 from ..._arrays import TiledmmError
-from .fastlaunch import current_stream
+from .fastlaunch import current_stream, keep
 
 NAME = "gluon-ws"
 LOADER_REGS = 40          # registers per thread of the loader warp (setmaxnreg)
@@ -414,8 +414,8 @@ def _scratch(dev: int, counters: int, workspace: int, stream: int | None = None)
     """(fp32 workspace, int32 arrival counters) on device ``dev``. The counters are kept per device and
     stream (``stream``: the launch's; zero between launches: the last arrival resets them), so split
     launches on two streams never share them -- a tail tile's units wait on its counter; the
-    workspace is a fresh tensor for split launches (``workspace`` elements) and a kept 1-element
-    stand-in otherwise (never read)."""
+    workspace is a fresh tensor of ``workspace`` elements (Gluon's own launch; ``_workspace`` keeps one
+    per stream for the bound launches) and a kept 1-element stand-in otherwise (never read)."""
     import torch
     key = dev if stream is None else (dev, stream)
     kept = _SCRATCH.get(key)
@@ -429,6 +429,37 @@ def _scratch(dev: int, counters: int, workspace: int, stream: int | None = None)
     if workspace:
         return torch.empty(workspace, dtype=torch.float32, device=kept[1].device), kept[1]
     return kept
+
+
+MAX_WS_BYTES = 32 << 20     # a stream's kept split workspace at most (a larger one is made for its call)
+_WS: dict = {}              # (device, stream) -> the fp32 workspace kept for that stream's split launches
+
+
+def _workspace(dev: int, stream: int, n: int, where) -> tuple:
+    """(an fp32 workspace of >= ``n`` elements for a split launch on ``stream``, None or the tensor the caller
+    must hold until the launch is queued). Launches on one stream run one after another, so each stream
+    keeps one workspace, doubled when a launch needs more (an outgrown one is never freed: a launch queued
+    before may still write it; ``fastlaunch.keep`` counts them against its cap) -- no allocation on the
+    call path. A fresh one, held by the caller (its
+    address alone is in the arguments: freed before the launch is queued, its memory could go to another
+    tensor first), where the kept one would pass MAX_WS_BYTES or cannot be kept (a CUDA graph capture
+    under way: it takes the graph's memory; the kept total full). ``where``: the torch device of ``dev``."""
+    ws = _WS.get((dev, stream))
+    if ws is not None and ws.numel() >= n:
+        return ws, None
+    import torch
+    if 4 * n <= MAX_WS_BYTES:
+        with _scratch_lock:
+            ws = _WS.get((dev, stream))
+            if ws is not None and ws.numel() >= n:
+                return ws, None
+            size = min(max(n, 2 * ws.numel() if ws is not None else 0), MAX_WS_BYTES // 4)
+            kept = keep(4 * size, dev)
+            if kept is not None:
+                ws = _WS[(dev, stream)] = kept.view(torch.float32)
+                return ws, None
+    fresh = torch.empty(n, dtype=torch.float32, device=where)
+    return fresh, fresh
 
 
 def _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_mode, act):
@@ -487,18 +518,18 @@ class _Bound:
     def __call__(self, a, b, c, M, N, K, sa, sb, sc, bias, sbias, alpha, beta, dev, batch=1, steps=(0, 0, 0)) -> None:
         """(a, b, c): the 2-D views (stacked for a batch: ``_stacked``; sa, sb, sc their strides)."""
         stream = current_stream()
-        grid, args, ws = self.args(a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, sa, sb, sc, bias.data_ptr(),
-                                   sbias, alpha, beta, dev, stream, batch, steps)
+        grid, args, hold, _ = self.args(a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, sa, sb, sc,
+                                        bias.data_ptr(), sbias, alpha, beta, dev, stream, batch, steps)
         self.launch(grid, 1, 1, stream, *args)
-        del ws          # a split launch's workspace: held until its launch is queued (args has its address only)
+        del hold        # a fresh workspace: held until its launch is queued (args has its address only)
 
     def args(self, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta, dev,
              stream: int | None = None, batch: int = 1, steps: tuple = (0, 0, 0)) -> tuple:
-        """(grid, the C launch's arguments after the stream, the workspace or None) of one call. A split launch
-        (SPLIT_K, or TAIL with a partial wave to split) takes a fresh workspace, returned so that the caller holds
-        it until the launch is queued (the arguments have only its address: freed before, its memory could go to
-        another tensor first), and ``stream``'s counters; the others (None) have arguments that depend on
-        nothing but the call's values (a class launch may keep them: ``_ClassLaunch``).
+        """(grid, the C launch's arguments after the stream, a tensor to hold or None, the stream they are
+        bound to or None) of one call. A split launch (SPLIT_K, or TAIL with a partial wave to split) takes
+        ``stream``'s counters and its workspace (``_workspace``: the stream's kept one, or a fresh one returned
+        for the caller to hold until the launch is queued), so its arguments are the stream's; the others'
+        depend on nothing but the call's values (a class launch may keep either: ``_ClassLaunch``).
         A batch: ``batch`` products, the descriptors' row ``steps`` between them (``_stacked``)."""
         ra = steps[0] * batch or (K if self.a_t else M)     # the descriptors' rows (a batch's stacked)
         rb = steps[1] * batch or (N if self.b_t else K)
@@ -507,16 +538,18 @@ class _Bound:
         ec = self.desc(2, pc, (steps[2] * batch or M, N), (sc[0], 1), dev)
         tiles = cdiv(M, self.bm) * cdiv(N, self.bn) * batch
         tail_at, tail_split, units = _units(tiles, cdiv(K, self.bk), self.sms, self.split, self.tail)
-        if tail_split > 1:
-            ws, cnt = _scratch(dev, tiles - tail_at, (units - tail_at) * self.bm * self.bn, stream)
-        elif self.split > 1:
-            ws, cnt = _scratch(dev, tiles, units * self.bm * self.bn, stream)
+        hold = on = None
+        if tail_split > 1 or self.split > 1:     # the split tiles' counters, their units' partials
+            split_tiles, split_units = (tiles - tail_at, units - tail_at) if tail_split > 1 else (tiles, units)
+            cnt = _scratch(dev, split_tiles, 0, stream)[1]
+            ws, hold = _workspace(dev, stream, split_units * self.bm * self.bn, cnt.device)
+            on = stream
         else:
             ws, cnt = _SCRATCH.get(dev) or _scratch(dev, 0, 0)
         return min(self.sms, units), (self.function, self.coop, self.pdl, None, None, self.packed, None, None, None,
                                       *ea, *eb, *ec, pc, sc[0], pbias, sbias, ws.data_ptr(), cnt.data_ptr(),
                                       M, N, K, batch, *steps, tail_at, tail_split, alpha, beta, *self.consts), \
-            (ws if tail_split > 1 or self.split > 1 else None)
+            hold, on
 
 
 MAX_SHAPES = 4096        # sizes a by-shape class launch remembers (then it starts again)
@@ -535,8 +568,9 @@ class _ClassLaunch:
     ``by_shape`` (where the class's config is the kernel's own model's, not a stored or timed one):
     each call's config is the model's for its own M, N and K (``heuristic``: a class spans up to 2x in
     each), remembered per size; a config not yet bound there returns False too, and the variant's
-    launch (which then picks the same) binds it. An unsplit launch's arguments are kept per call values
-    (``env``): a repeat of those values goes straight to the C launch."""
+    launch (which then picks the same) binds it. A launch's arguments are kept per call values (``env``):
+    a repeat of those values goes straight to the C launch (a split launch's: on the stream they are bound
+    to, whose counters and workspace they name; not where the workspace was made for the call)."""
 
     def __init__(self, bound: _Bound, a_t: bool, b_t: bool, c_key: int, flags: tuple, dev: int,
                  specs: tuple = (), by_shape: tuple | None = None):
@@ -549,8 +583,8 @@ class _ClassLaunch:
 
     def __call__(self, stream: int, env: tuple) -> bool:
         ready = self.ready.get(env)
-        if ready is not None:       # these very values launched before: the same arguments
-            ready[0](ready[1], 1, 1, stream, *ready[2])
+        if ready is not None and (ready[3] is None or ready[3] == stream):   # these values launched before (a
+            ready[0](ready[1], 1, 1, stream, *ready[2])                      # split launch: on this stream)
             return True
         pa, pb, pc, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, alpha, beta, batch = env
         if scn != 1 or _int_key(scm) != self.c_key or (beta != 0.0, alpha == 1.0) != self.flags \
@@ -576,12 +610,12 @@ class _ClassLaunch:
                     return False        # that build's first call: the variant's launch binds it
         if batch > 1 and not batch_fits({"BLOCK_M": bound.bm, "BLOCK_K": bound.bk}, M, K):
             return False
-        grid, args, ws = bound.args(pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha, beta,
-                                    self.dev, stream, batch, steps)
-        if ws is None:      # (a split launch's workspace is fresh each call)
+        grid, args, hold, on = bound.args(pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha,
+                                          beta, self.dev, stream, batch, steps)
+        if hold is None:    # (not a fresh workspace, made for this call only)
             if len(self.ready) >= MAX_READY:
                 self.ready = {}
-            self.ready[env] = (bound.launch, grid, args)
+            self.ready[env] = (bound.launch, grid, args, on)
         bound.launch(grid, 1, 1, stream, *args)
         return True
 
