@@ -272,11 +272,13 @@ GLUON_OWNS_FROM_MACS = 2 ** 32
 # multiply-adds is the Gluon kernel's own in tf32, and in 16-bit from GLUON_BATCH_FROM_K on: one launch over
 # all products' tiles. Measured (H100, session 15, docs/performance.md) against the table's blocked kernel,
 # x torch: tf32 64x512^3 0.53 -> 1.03, 16x1024^3 0.44 -> 1.10; 16-bit 16x1024^3 0.89 -> 0.99 (bf16),
-# 0.92 -> 1.11 (fp16), but 64x512^3 bf16 0.84 -> 0.70 (8 K-steps a tile) and products with K or N = 64 at
-# 0.41-0.68 against the blocked kernel's 1.3: other batches do not offer the Gluon kernel to the
-# no-timing pick at all (timing still may take it).
+# 0.92 -> 1.11 (fp16); products with K or N = 64 at 0.41-0.68 against the blocked kernel's 1.3: other batches
+# do not offer the Gluon kernel to the no-timing pick at all (timing still may take it). K from 512 since
+# session 20 (1024 before: session 15 measured 64x512^3 bf16 at 0.70 with the kernel of then): through
+# tiledmm.matmul, two alternating rounds, 64x512^3 0.82-0.85 -> 1.00-1.01, 32x512^3 0.84-1.01 -> 0.99-1.11,
+# 128x512x768x512 0.83-0.85 -> 0.95-0.97, bf16 and fp16 (session20_batched_k_h100.txt).
 GLUON_OWNS_BATCHES = True
-GLUON_BATCH_FROM_K = 1024
+GLUON_BATCH_FROM_K = 512
 
 
 def _gluon_batch(p: H.Problem) -> bool:
