@@ -24,7 +24,8 @@ descriptor_plan -- is here and imports no Gluon.
 * split-K in one kernel (config SPLIT_K): SPLIT_K adjacent work units per tile; each leaves an
   fp32 partial in a workspace and counts itself in on the tile's counter; the last to arrive adds
   the others, runs the epilogue and resets the counter (so the counters stay zero between
-  launches; they are kept per device and stream, so launches on two streams never share them);
+  launches; they are kept per device and stream, so launches on two streams never share them, and so
+  is the workspace: ``_workspace``, no allocation a call);
 * the tail split (config TAIL): the tiles of whole waves run whole; each tile of the last, partial
   wave is split along K (``tail_plan``), and once its units have all arrived each adds up and
   stores its own share of the tile's rows; a launch with nothing to split runs the plain build;
