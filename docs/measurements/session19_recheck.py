@@ -1,4 +1,4 @@
-"""Session 18 diagnostics: (1) the low bench rows: pick, GPU and host time, tiledmm vs torch;
+"""Sessions 18-20 diagnostics (part s19: session 19's recheck; s20: the fp16 bench's low rows against bf16): (1) the low bench rows: pick, GPU and host time, tiledmm vs torch;
 (2) 127x8191x127 split-K with/without the register prefetch, split counts and tiles."""
 import sys, json, torch, tiledmm
 from tiledmm import harness, timing
@@ -74,6 +74,12 @@ if part == "s19":
                           ((127, 8191, 127), "fp16"), ((16, 4096, 4096), "bf16"), ((1, 5120, 5120), "bf16"),
                           ((256, 13824, 5120), "fp16"), ((256, 5120, 5120), "bf16")]:
             r = row(shape, dt); out.append(r); print(json.dumps(r), flush=True)
+if part == "s20":
+    for rnd in range(2):
+        for shape in [(8192, 128, 8192), (1, 5120, 5120), (127, 8191, 127), (1, 4096, 4096), (2048, 2048, 2048),
+                      (1024, 1024, 1024)]:
+            for dt in ("fp16", "bf16"):
+                r = row(shape, dt); out.append(r); print(json.dumps(r), flush=True)
 if part == "odd1":
     for dt in ("bf16", "fp16", "tf32"):
         r = row((127, 8191, 127), dt); out.append(r); print(json.dumps(r), flush=True)

@@ -1,8 +1,8 @@
-"""Scratch (session 19): the PARTS=3 (128x192) Gluon tile under compute-sanitizer: ragged N in each slice,
+"""Scratch (sessions 19-20): a PARTS=3 Gluon tile (argv: 0 128x192, the default; 1 64x192) under compute-sanitizer: ragged N in each slice,
 transposed operands, beta and a bias; each checked against float64."""
 import torch
 from tiledmm.kernels.block import gluon_gemm as G
-cfg = next(c for c in G.CONFIGS["16bit"] if c.get("PARTS", 1) == 3)
+import sys; cfg = [c for c in G.CONFIGS["16bit"] if c.get("PARTS", 1) == 3][int(sys.argv[1]) if len(sys.argv) > 1 else 0]; print(cfg)
 bad = 0
 for (M, N, K, a_t, b_t, beta, bias_mode) in ((136, 1000, 136, False, False, 0.0, 0), (128, 1080, 64, True, True, 2.0, 1),
                                               (256, 1144, 128, False, True, 0.0, 2), (264, 200, 72, True, False, 1.0, 0)):
