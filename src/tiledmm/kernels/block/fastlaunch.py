@@ -389,19 +389,15 @@ class ClassLaunch:
 
     def _scratch(self, nbytes: int):
         """Global scratch of at least ``nbytes`` on the home stream, kept for good (graph-safe)."""
-        global _kept_bytes
         have = self._buffer
         if have is not None and have.numel() >= nbytes:
             return have
         with self._scratch_lock:
             have = self._buffer
             if have is None or have.numel() < nbytes:
-                have = _scratch(max(nbytes, 2 * (have.numel() if have is not None else 0)))
+                have = keep(max(nbytes, 2 * (have.numel() if have is not None else 0)))
                 if have is None:
                     return None
-                with _kept_lock:
-                    _kept.append(have)
-                    _kept_bytes += have.numel()
                 self._buffer = have
         return have
 
@@ -508,16 +504,20 @@ def _scratch(nbytes: int):
         return torch.empty(nbytes, device="cuda", dtype=torch.int8)
 
 
-def keep(nbytes: int, dev: int):
-    """``_scratch`` on device ``dev``, kept for good and counted against MAX_KEPT_BYTES with the bound
-    launches' buffers: None where that total would pass the cap or a capture is under way."""
+def keep(nbytes: int, dev: int | None = None):
+    """``_scratch`` on device ``dev`` (default: the current one), kept for good and counted against
+    MAX_KEPT_BYTES with the bound launches' buffers: None where that total would pass the cap or a capture
+    is under way."""
     global _kept_bytes
     import torch
     with _kept_lock:
         if _kept_bytes + nbytes > MAX_KEPT_BYTES:
             return None
-        with torch.cuda.device(dev):
+        if dev is None:
             have = _scratch(nbytes)
+        else:
+            with torch.cuda.device(dev):
+                have = _scratch(nbytes)
         if have is not None:
             _kept.append(have)
             _kept_bytes += nbytes

@@ -441,10 +441,10 @@ def _workspace(dev: int, stream: int, n: int, where) -> tuple:
     must hold until the launch is queued). Launches on one stream run one after another, so each stream
     keeps one workspace, doubled when a launch needs more (an outgrown one is never freed: a launch queued
     before may still write it; ``fastlaunch.keep`` counts them against its cap) -- no allocation on the
-    call path. A fresh one, held by the caller (its
-    address alone is in the arguments: freed before the launch is queued, its memory could go to another
-    tensor first), where the kept one would pass MAX_WS_BYTES or cannot be kept (a CUDA graph capture
-    under way: it takes the graph's memory; the kept total full). ``where``: the torch device of ``dev``."""
+    call path. A fresh one, held by the caller (its address alone is in the arguments: freed before the
+    launch is queued, its memory could go to another tensor first), where the kept one would pass
+    MAX_WS_BYTES or cannot be kept (a CUDA graph capture under way: it takes the graph's memory; the kept
+    total full). ``where``: the torch device of ``dev``."""
     ws = _WS.get((dev, stream))
     if ws is not None and ws.numel() >= n:
         return ws, None
