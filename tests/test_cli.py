@@ -265,6 +265,35 @@ def test_a_bench_stopped_midway_keeps_its_whole_shapes(tmp_path, monkeypatch):
     assert all(ln.split(",")[1] == B.fmt_shape(shapes[0]) for ln in lines[1:])
 
 
+@pytest.mark.skipif(GPU, reason="the emulated bench")
+def test_bench_gpu_time_needs_a_gpu(tmp_path):
+    code, out, err = cli("bench", "--gpu-time", "-k", "triton", "-p", "fp32", "--out", str(tmp_path))
+    assert code != 0 and "Traceback" not in out + err
+    assert (out + err).strip().splitlines()[-1].startswith("error: --gpu-time needs a GPU")
+
+
+def test_bench_summary_takes_the_gpu_ratio_where_rows_have_it():
+    row = dict(suite="s", precision="bf16", kernel="triton")
+    rows = [dict(row, vs_cublas=0.5, gpu_vs_cublas=1.0), dict(row, vs_cublas=2.0, gpu_vs_cublas=4.0),
+            dict(row, kernel="cublas", vs_cublas=None, gpu_vs_cublas=None), dict(row, precision="fp16", vs_cublas=1.0)]
+    got = {s["precision"]: s for s in B.summary(rows)}
+    assert got["bf16"]["geomean_vs_cublas"] == pytest.approx(1.0) and got["bf16"]["n"] == 2
+    assert got["bf16"]["geomean_gpu_vs_cublas"] == pytest.approx(2.0)
+    assert got["fp16"]["geomean_gpu_vs_cublas"] is None          # rows without --gpu-time
+
+
+@pytest.mark.gpu
+def test_gpu_bench_gpu_time_takes_the_gpu_and_host_apart():
+    points = B.plan(["quick"], ["bf16"], ["triton"])
+    rows = B.run(points, repeats=3, warmup=1, gpu_time=True)
+    base, ours = (next(r for r in rows if (r["kernel"] == "cublas") == c) for c in (True, False))
+    for r in (base, ours):
+        assert r["ok"] and r["gpu_ms"] > 0 and r["host_us"] > 0
+        assert 0.5 < r["gpu_ms"] / r["ms"] < 2                   # 4096^3: the GPU's time is the queued time
+    assert ours["gpu_vs_cublas"] == pytest.approx(base["gpu_ms"] / ours["gpu_ms"])
+    assert B.summary(rows)[0]["geomean_gpu_vs_cublas"] == pytest.approx(ours["gpu_vs_cublas"])
+
+
 def test_transformer_suite_is_m_k_n():
     shapes = B.SUITES["transformer"]
     assert len(shapes) == 12 and {m for m, _, _ in shapes} == {1, 32, 256, 4096}

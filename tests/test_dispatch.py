@@ -36,6 +36,71 @@ def test_kernels_do_not_import_the_harness():
     assert out.strip().splitlines()[-1] == "False"
 
 
+def test_the_triton_spec_checks_a_call_without_importing_triton():
+    # the family registers its name, dtypes, options and precision check; Triton loads at the launch
+    code = ("import sys, tiledmm\n"
+            "from tiledmm import registry\n"
+            "s = registry.get('triton')\n"
+            "s.check_call('float32', {'precision': 'tf32'}); s.check_tile(None)\n"
+            "s.check_options('float32', {'precision': 'tf32'})\n"
+            "try:\n"
+            "    s.check_options('bfloat16', {'precision': 'tf32'})\n"
+            "except tiledmm.TiledmmError as e:\n"
+            "    print('error:', e)\n"
+            "print('triton' in sys.modules, 'tiledmm.kernels.block.matmul' in sys.modules, s.preload is not None)")
+    env = dict(os.environ, TILEDMM_QUIET="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    lines = out.strip().splitlines()
+    assert lines[-2].startswith("error: precision 'tf32' is not available for bfloat16")
+    assert lines[-1] == "False False True"
+
+
+def test_host_operands_load_the_triton_family_in_a_thread():
+    code = ("import threading, numpy as np, tiledmm\n"
+            "from tiledmm import registry\n"
+            "load, seen = registry.get('triton').preload, []\n"
+            "registry.amend('triton', preload=lambda: (seen.append(threading.current_thread().name), load()))\n"
+            "a, b = np.random.rand(33, 17).astype(np.float32), np.random.rand(17, 9).astype(np.float32)\n"
+            "c = tiledmm.matmul(a, b)\n"
+            "[t.join() for t in threading.enumerate() if t.name == 'tiledmm-preload']\n"
+            "spec = registry.get('triton')\n"
+            "print(seen, np.allclose(c, a @ b, rtol=1e-5), spec.preload is None, spec.launch.__module__)")
+    env = dict(os.environ, TILEDMM_QUIET="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    seen, ok, loaded, module = out.strip().splitlines()[-1].rsplit(" ", 3)
+    assert seen == "['tiledmm-preload']" and ok == "True" and loaded == "True"
+    assert module in ("tiledmm.kernels.block.matmul", "tiledmm.kernels.block")   # emulation wraps the launch
+
+
+def test_a_preload_that_fails_is_left_for_the_launch(monkeypatch):
+    from types import SimpleNamespace
+    import threading
+    from tiledmm import api
+    hooked = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: hooked.append(args.exc_value))
+    ran = threading.Event()
+
+    def broken():
+        ran.set()
+        raise ImportError("no triton here")
+    api._preload(SimpleNamespace(preload=broken))
+    assert ran.wait(10)
+    for t in threading.enumerate():
+        if t.name == "tiledmm-preload":
+            t.join(10)
+    assert hooked == []
+
+
+def test_the_registered_spec_launches_before_and_after_its_family_loads():
+    import tiledmm.kernels.block as blk
+    a, b = torch.randn(20, 12, device=DEVICE), torch.randn(12, 7, device=DEVICE)
+    for spec in (blk.SPEC, registry.get("triton")):            # as registered (light), as amended by the load
+        c = torch.full((20, 7), float("nan"), device=DEVICE)
+        spec.launch(a, b, c, tile=None, opts={"precision": "ieee"})
+        torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
+    assert registry.get("triton").preload is None and blk.load() is registry.get("triton")
+
+
 def test_tuning_chooses_the_fastest_and_a_new_process_reads_it(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
     tuning.forget()

@@ -196,6 +196,8 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
                 "Use smaller matrices, a GPU, or raise TILEDMM_EMULATION_LIMIT if you will wait.")
 
     host = on_host(a, kind)
+    if host and work and spec.preload is not None:
+        _preload(spec)            # the kernel family's import runs while the operands are copied or staged
     if plain and not host:
         plan = _plan_for(spec, kind, kernel, precision, a, b)    # the family's short path, bound on first use
         r = plan(a, b, out, alpha, beta) if plan is not None else None
@@ -285,6 +287,17 @@ def _gemm(spec: KernelSpec, tile, opts, A, B, C, alpha: float, beta: float, batc
                         opts=opts, **kw)
     if not native:
         epilogue.apply(C3, P, alpha, beta)
+
+
+def _preload(spec: KernelSpec) -> None:
+    """Run ``spec.preload`` in a daemon thread; what it raises is left for the launch to raise again
+    (the launch imports what preload would have)."""
+    def run():
+        try:
+            spec.preload()
+        except BaseException:        # noqa: BLE001 -- the launch reports it, in the caller's thread
+            pass
+    threading.Thread(target=run, name="tiledmm-preload", daemon=True).start()
 
 
 def _too_big(ta, tb, target) -> bool:

@@ -121,10 +121,12 @@ def plan(suites: list[str], precisions: list[str], kernels: list[str],
 
 
 def run(points: list[Point], *, repeats: int, warmup: int, seed: int = 0, baseline: bool = True,
-        progress=None, on_rows=None) -> list[dict]:
+        progress=None, on_rows=None, gpu_time: bool = False) -> list[dict]:
     """Check and time every point; on a GPU also cuBLAS once per (shape, precision) when
     ``baseline``. Shape by shape: cuBLAS, then the kernels on that shape; ``on_rows(rows)`` after
     each (shape, precision) with every row so far (a run stopped midway keeps its whole shapes).
+    gpu_time: each row also gets the GPU's time a call with the host's launch path apart
+    (``gpu_ms``, ``host_us``, ``gpu_vs_cublas``; ``harness.check_and_time``), on a GPU.
     Returns rows in the points' shape order, cuBLAS first."""
     from . import registry
     from .harness import check_and_time, rotation_for
@@ -137,14 +139,15 @@ def run(points: list[Point], *, repeats: int, warmup: int, seed: int = 0, baseli
     def row(suite, r, p: str) -> dict:
         return {"suite": suite, "shape": fmt_shape(r.shape), "precision": p, "dtype": r.dtype, "kernel": r.kernel,
                 "tile": r.tile, "ms": r.ms, "tflops": r.tflops, "rel_err": r.rel_err, "ok": r.ok,
-                "vs_cublas": None, "emulated": r.emulated}
+                "vs_cublas": None, "emulated": r.emulated, "gpu_ms": r.gpu_ms,
+                "host_us": None if r.host_ms is None else r.host_ms * 1e3, "gpu_vs_cublas": None}
 
     def timed(kernel, shape, p, tile, prec):
         dtype = PRECISIONS[p][0]
         if progress:
             progress.update(task, description=f"{kernel} {p} {fmt_shape(shape)}")
         r = check_and_time(kernel, shape, dtype, tile=tile, precision=prec, seed=seed, warmup=warmup,
-                           repeats=repeats, rotate=rotation_for(shape, dtype) if gpu else 1)
+                           repeats=repeats, rotate=rotation_for(shape, dtype) if gpu else 1, gpu_time=gpu_time)
         if progress:
             progress.advance(task)
         return r
@@ -164,6 +167,8 @@ def run(points: list[Point], *, repeats: int, warmup: int, seed: int = 0, baseli
             b = base.get((pt.shape, pt.precision))
             if b is not None and b.ms and r.ms:
                 d["vs_cublas"] = b.ms / r.ms
+            if b is not None and b.gpu_ms and r.gpu_ms:
+                d["gpu_vs_cublas"] = b.gpu_ms / r.gpu_ms
             rows.append(d)
         if on_rows:
             on_rows(rows)
@@ -179,13 +184,15 @@ def geomean(xs):
 
 
 def summary(rows: list[dict]) -> list[dict]:
-    """Geometric mean of x cuBLAS per (suite, precision, kernel)."""
-    out = {}
+    """Geometric mean of x cuBLAS per (suite, precision, kernel), and of x cuBLAS in GPU time where
+    the rows have it (``gpu_time``)."""
+    out: dict[tuple, list] = {}
     for r in rows:
         if r["kernel"] == "cublas":
             continue
-        out.setdefault((r["suite"], r["precision"], r["kernel"]), []).append(r["vs_cublas"])
-    return [{"suite": s, "precision": p, "kernel": k, "geomean_vs_cublas": geomean(v), "n": len(v)}
+        out.setdefault((r["suite"], r["precision"], r["kernel"]), []).append(r)
+    return [{"suite": s, "precision": p, "kernel": k, "geomean_vs_cublas": geomean([r["vs_cublas"] for r in v]),
+             "geomean_gpu_vs_cublas": geomean([r.get("gpu_vs_cublas") for r in v]), "n": len(v)}
             for (s, p, k), v in out.items()]
 
 

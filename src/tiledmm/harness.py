@@ -18,7 +18,7 @@ import numpy as np
 from . import _backend, registry
 from ._arrays import kind_of
 from .api import matmul
-from .timing import time_calls
+from .timing import device_and_host, time_calls
 
 # ||C - ref|| / ||ref|| bounds. fp32 lands near 1e-7; tf32 near 3e-4; bf16 near 3e-3.
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3, "float16": 5e-3, "bfloat16": 2e-2}
@@ -103,6 +103,8 @@ class Result:
     ms: float | None = None
     tflops: float | None = None
     emulated: bool = False
+    gpu_ms: float | None = None     # with gpu_time: the GPU's time a call, the host's launch path apart
+    host_ms: float | None = None    # ... and the host's time to enqueue a call (timing.device_and_host)
 
     @property
     def ok(self) -> bool:
@@ -116,10 +118,14 @@ def flops(shape: tuple) -> float:
 
 def check_and_time(kernel: str, shape: tuple, dtype: str = "float32", *, tile: int | None = None,
                    precision: str | None = None, seed: int = 0, warmup: int = 3, repeats: int = 5,
-                   rotate: int = 1, time_it: bool = True, options: dict | None = None) -> Result:
+                   rotate: int = 1, time_it: bool = True, options: dict | None = None,
+                   gpu_time: bool = False) -> Result:
     """Check one kernel on fresh random inputs against float64, then time it -- both through
     ``tiledmm.matmul``, as a user calls it (per-call host work counts), with ``timing.time_calls``:
-    batches of queued calls rotating over ``rotate`` input sets, median of ``repeats`` batches."""
+    batches of queued calls rotating over ``rotate`` input sets, median of ``repeats`` batches.
+    gpu_time: also the same calls with the GPU's and the host's shares apart
+    (``timing.device_and_host``: each batch queued behind a GPU sleep), into ``gpu_ms``/``host_ms``:
+    for calls shorter than their launch path, where ``ms`` follows the host."""
     spec = registry.get(kernel)
     tile = spec.check_tile(tile)
     opts = dict(options or {})
@@ -147,6 +153,8 @@ def check_and_time(kernel: str, shape: tuple, dtype: str = "float32", *, tile: i
                          functools.partial(matmul, ar, br, kernel=kernel, tile=tile, out=o, **opts))
         with _cublas_mode(opts.get("precision") if direct else None):
             res.ms = time_calls(calls, batches=max(repeats, 1), warmup=warmup)
+            if gpu_time and not _backend.emulating():
+                res.gpu_ms, res.host_ms = device_and_host(calls, batches=max(3, min(repeats, 5)), warmup=1)
         res.tflops = flops(shape) / (res.ms * 1e-3) / 1e12
     return res
 

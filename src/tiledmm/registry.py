@@ -41,6 +41,11 @@ class KernelSpec:
     # arrays like ``a``; plan(a, b, out, alpha, beta) returns the result, or None where the full path
     # must handle the call (tiledmm.api tries it first once a call of the kind has succeeded)
     fast_plan: Callable[..., Any] | None = field(default=None, repr=False)
+    # preload(): import what launch needs where that takes long (the Triton family: Triton itself, ~0.2 s)
+    # and put the loaded hooks on the spec; safe from any thread. tiledmm.api runs it in a thread for
+    # host operands, so the import overlaps their copies (or out of core's planning and staging); the
+    # loaded spec has None here. launch and fast_plan work without it (they load on first use).
+    preload: Callable[[], object] | None = field(default=None, repr=False)
     order: int = 100                 # position in tables and plots (the order of the argument)
     # for the analysis tools (SIMT kernels): the compiled kernel, its launch configuration,
     # the P tile one block computes, and the barriers each K-phase passes

@@ -27,17 +27,21 @@ def _tile_cells(kernel: str, tile, shape) -> tuple:
 
 
 def _results(rows: list[dict], title: str, suite: bool = False) -> None:
+    gpu = any(r.get("gpu_ms") for r in rows)         # bench --gpu-time
+    extra = ("GPU ms", "host us", "x cuBLAS GPU") if gpu else ()
     cols = (("suite",) if suite else ()) + ("shape", "prec", "kernel", "tile", "block", "ms", "TFLOP/s",
-                                            "x cuBLAS", "rel err", "check")
+                                            "x cuBLAS") + extra + ("rel err", "check")
     out = []
     for r in rows:
         tile, block = _tile_cells(r["kernel"], r["tile"], tuple(map(int, r["shape"].split("x"))))
         ms = fmt(r["ms"], ".3f")
+        more = (fmt(r.get("gpu_ms"), ".4f"), fmt(r.get("host_us"), ".1f"), fmt(r.get("gpu_vs_cublas"), ".2f")) \
+            if gpu else ()
         out.append(((r["suite"],) if suite else ()) + (
             r["shape"], r["precision"], r["kernel"], tile, block,
             None if ms is None else ms + (" (emul.)" if r["emulated"] else ""),
-            fmt(r["tflops"], ".3g"), fmt(r["vs_cublas"], ".2f"), f"{r['rel_err']:.1e}", ok_cell(r["ok"])))
-    table(title, cols, out, right=("tile", "block", "ms", "TFLOP/s", "x cuBLAS", "rel err"))
+            fmt(r["tflops"], ".3g"), fmt(r["vs_cublas"], ".2f")) + more + (f"{r['rel_err']:.1e}", ok_cell(r["ok"])))
+    table(title, cols, out, right=("tile", "block", "ms", "TFLOP/s", "x cuBLAS", "rel err") + extra)
 
 
 def _check_points(points) -> None:
@@ -47,7 +51,8 @@ def _check_points(points) -> None:
             raise TiledmmError(why)
 
 
-def _run_points(points, *, repeats: int, warmup: int, seed: int, outdir: Path | None = None) -> list[dict]:
+def _run_points(points, *, repeats: int, warmup: int, seed: int, outdir: Path | None = None,
+                gpu_time: bool = False) -> list[dict]:
     """``bench.run`` under a progress bar; with ``outdir``, the rows so far go to its partial CSV after
     each shape (a run stopped by a time limit or Ctrl-C keeps what it measured)."""
     def partial(rows):
@@ -55,7 +60,7 @@ def _run_points(points, *, repeats: int, warmup: int, seed: int, outdir: Path | 
         B.write_csv(rows, outdir / B.PARTIAL)
     with progress_bar() as progress:
         return B.run(points, repeats=repeats, warmup=warmup, seed=seed, progress=progress,
-                     on_rows=partial if outdir is not None else None)
+                     on_rows=partial if outdir is not None else None, gpu_time=gpu_time)
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -134,7 +139,11 @@ def bench(suite: Optional[List[str]] = typer.Option(
           out: str = typer.Option("bench-out", metavar="DIR", help="folder for bench.csv, bench.json, bench.png."),
           repeats: int = typer.Option(20, metavar="N", help="timed runs per point (1 in emulation)."),
           warmup: int = typer.Option(5, metavar="N", help="untimed runs before timing."),
-          seed: int = typer.Option(0, metavar="N", help="seed of the random inputs.")):
+          seed: int = typer.Option(0, metavar="N", help="seed of the random inputs."),
+          gpu_time: bool = typer.Option(False, "--gpu-time", help="also time each point with the GPU's and the "
+                                        "host's share apart (GPU ms, host us a call, x cuBLAS in GPU time): "
+                                        "for calls shorter than their launch path, where the queued time "
+                                        "follows the host. On a GPU only.")):
     """Sweep kernels x shapes x precisions against cuBLAS; write CSV/JSON and PNG plots."""
     from .. import _backend, registry
     gpu = not _backend.emulating()
@@ -160,7 +169,10 @@ def bench(suite: Optional[List[str]] = typer.Option(
     points = B.plan(suites, precs, kernels, tile)
     if not points:
         raise TiledmmError(_nothing_to_run(suites, precs, kernels, tile, gpu))
-    rows = _run_points(points, repeats=repeats if gpu else 1, warmup=warmup, seed=seed, outdir=outdir)
+    if gpu_time and not gpu:
+        raise TiledmmError("--gpu-time needs a GPU: in emulation there is no GPU time to take apart")
+    rows = _run_points(points, repeats=repeats if gpu else 1, warmup=warmup, seed=seed, outdir=outdir,
+                       gpu_time=gpu_time)
     env = environment()
     peaks = tuned = None
     if gpu:
@@ -170,9 +182,12 @@ def bench(suite: Optional[List[str]] = typer.Option(
         tuned = _triton_choices()
     paths = B.write(rows, outdir, env, peaks, tuned)
     _results(rows, f"tiledmm bench — {env['device']}", suite=True)
-    table("geometric mean x cuBLAS", ("suite", "prec", "kernel", "geomean", "n"),
-          [(s["suite"], s["precision"], s["kernel"], fmt(s["geomean_vs_cublas"], ".3f"), s["n"])
-           for s in B.summary(rows)], right=("geomean", "n"))
+    summ = B.summary(rows)
+    g = ("GPU geomean",) if any(s["geomean_gpu_vs_cublas"] for s in summ) else ()
+    table("geometric mean x cuBLAS", ("suite", "prec", "kernel", "geomean") + g + ("n",),
+          [(s["suite"], s["precision"], s["kernel"], fmt(s["geomean_vs_cublas"], ".3f"))
+           + ((fmt(s["geomean_gpu_vs_cublas"], ".3f"),) if g else ()) + (s["n"],) for s in summ],
+          right=("geomean", "n") + g)
     console.print(escape("wrote " + ", ".join(map(str, paths))))
     if not all(r["ok"] for r in rows):
         raise typer.Exit(1)

@@ -20,8 +20,9 @@ from typing import Callable
 from ... import tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating
-from ...registry import KernelSpec, register, shape_class
+from ...registry import shape_class
 from ...timing import device_and_host
+from . import check_precision
 from . import configs as C
 from . import heuristics as H
 from . import shipped
@@ -29,8 +30,6 @@ from . import tma_copy
 from . import variants as V
 from ._vcommon import device, index_of, kind_of
 
-BLOCK_DTYPES = ("float32", "float16", "bfloat16")
-PRECISIONS = {"float32": ("ieee", "tf32"), "float16": (None,), "bfloat16": (None,)}
 VARIANTS = tuple(V.BY_NAME)
 
 _plans: dict[tuple, Callable] = {}   # written under _lock; read without (a dict read is atomic)
@@ -53,16 +52,6 @@ def forget_choices() -> None:
 
 
 tuning.on_mode_change(_forget_plans)   # plans resolved under the other mode are resolved again
-
-
-def check_precision(dtype: str, precision: str | None) -> str:
-    allowed = PRECISIONS.get(dtype, (None,))
-    if precision is None:
-        return allowed[0] or "none"
-    if precision not in allowed or allowed == (None,):
-        raise TiledmmError(f"precision {precision!r} is not available for {dtype} inputs "
-                           f"(float32 takes 'ieee' or 'tf32'; bfloat16/float16 take none)")
-    return precision
 
 
 def _aligned(a, b, c) -> bool:
@@ -428,20 +417,12 @@ def tuned_configs() -> dict:
     return {k: v for k, v in tuning.remembered().items() if k.startswith("triton|")}
 
 
-
-def _launch_spec(a, b, c, *, tile, opts, alpha=1.0, beta=0.0) -> None:
+def launch_spec(a, b, c, *, tile, opts, alpha=1.0, beta=0.0) -> None:
+    """The ``triton`` KernelSpec's launch (``kernels/block/__init__.py`` puts it there on load)."""
     precision = check_precision(str(a.dtype).replace("torch.", ""), opts.get("precision"))
     launch(a, b, c, precision=precision, alpha=alpha, beta=beta, variant=opts.get("variant"),
            config=opts.get("config"))
 
 
-SPEC: KernelSpec = register(KernelSpec(
-    name="triton", family="block",
-    summary="Triton block-tiled GEMM: masked (zero-fill) tiles, tensor cores, TMA-persistent and split-K "
-            "variants, chosen per shape class",
-    dtypes=BLOCK_DTYPES, launch=_launch_spec, batched=True, epilogue=True,
-    options=("precision", "variant", "config"), emulation_limit=2 ** 24, order=50,
-    block_tile=lambda tile: (tile or 128, tile or 128)))
-
-__all__ = ["SPEC", "launch", "check_precision", "plans", "tuned_configs", "candidates", "choices", "table_entries",
+__all__ = ["launch_spec", "launch", "check_precision", "plans", "tuned_configs", "candidates", "choices", "table_entries",
            "VARIANTS"]
