@@ -201,6 +201,27 @@ def test_device_and_host_keeps_a_slow_launch_path_out_of_the_gpu_time():
     assert gpu < host / 4, (gpu, host)                       # the kernel apart from the host's wait
 
 
+@pytest.mark.gpu
+def test_device_and_host_sleeps_longer_when_the_host_turns_slow():
+    """The sleep is sized from the first calls' host time; calls that then turn slow (a cold host,
+    a busy one) outlast it, and the batch is queued again behind a longer sleep: the GPU time stays
+    the kernel's, not the host's."""
+    import time
+    from tiledmm.timing import device_and_host
+    x = torch.randn(1024, device="cuda")
+    count = [0]
+
+    def call():
+        count[0] += 1
+        if count[0] > 4:                   # warm-up and the host estimate fast, the batches slow
+            t = time.perf_counter()
+            while time.perf_counter() - t < 200e-6:
+                pass
+        x.mul_(1.0)
+    gpu, host = device_and_host(call, batches=2)
+    assert host >= 0.2 and gpu < host / 4, (gpu, host)
+
+
 # -- the short path's bound launches (GPU) ---------------------------------------------------------
 
 def _rel(x, ref) -> float:

@@ -154,7 +154,8 @@ def check_and_time(kernel: str, shape: tuple, dtype: str = "float32", *, tile: i
         with _cublas_mode(opts.get("precision") if direct else None):
             res.ms = time_calls(calls, batches=max(repeats, 1), warmup=warmup)
             if gpu_time and not _backend.emulating():
-                res.gpu_ms, res.host_ms = device_and_host(calls, batches=max(3, min(repeats, 5)), warmup=1)
+                res.gpu_ms, res.host_ms = device_and_host(calls, batches=max(3, min(repeats, 5)), warmup=1,
+                                                          batch_ms=20.0)
         res.tflops = flops(shape) / (res.ms * 1e-3) / 1e12
     return res
 

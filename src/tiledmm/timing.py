@@ -85,14 +85,19 @@ def _batch(calls: list, n: int, offset: int) -> float:
     return start.elapsed_time(end)
 
 
+_SLEEP_TRIES = 4     # device_and_host: batches queued again behind a longer sleep when the host was slow
+
+
 def device_and_host(calls: Sequence[Call] | Call, *, batches: int = 3, warmup: int = 1, batch_ms: float = 5.0,
                     max_per_batch: int = 500) -> tuple[float, float]:
     """(GPU ms per call, host ms per call), apart: the same queued batches between a pair of
     events, but each batch queued behind a GPU sleep long enough for the host to enqueue all
     of it, so the events see the GPU's work back to back however slow the launches; the host's
     enqueue time per call is read from the host clock meanwhile (the least over batches: host
-    noise only adds). For choosing between kernels of small problems, where ``time_calls``
-    sees only the launch path (the same for every candidate) and the choice would be noise."""
+    noise only adds). A batch the host took longer to queue than the sleep lasted (the first
+    calls of a process, a busy host) is queued again behind a longer sleep. For choosing
+    between kernels of small problems, where ``time_calls`` sees only the launch path (the
+    same for every candidate) and the choice would be noise."""
     calls = _listed(calls, "device_and_host")
     if _backend.emulating():
         t = _host_time(calls, max(batches, 1))
@@ -104,18 +109,24 @@ def device_and_host(calls: Sequence[Call] | Call, *, batches: int = 3, warmup: i
         calls[i % len(calls)]()
     host_est = (time.perf_counter() - t0) / 3
     n = _batch_size(calls, batch_ms, max_per_batch)
+    sleep_s = 1.5 * n * host_est + 50e-6
     device, host = [], []
     for b in range(max(batches, 1)):
-        torch.cuda.synchronize()
-        _adapter.gpu_sleep(int(2e9 * (1.5 * n * host_est + 50e-6)))    # >= that long at <= 2 GHz
-        start, end = _cuda_timer()
-        start.record()
-        t0 = time.perf_counter()
-        for i in range(n):
-            calls[(b * n + i) % len(calls)]()
-        host.append((time.perf_counter() - t0) * 1e3 / n)
-        end.record()
-        end.synchronize()
+        for _ in range(_SLEEP_TRIES):
+            torch.cuda.synchronize()
+            _adapter.gpu_sleep(int(2e9 * sleep_s))        # >= that long at <= 2 GHz
+            start, end = _cuda_timer()
+            start.record()
+            t0 = time.perf_counter()
+            for i in range(n):
+                calls[(b * n + i) % len(calls)]()
+            queued_s = time.perf_counter() - t0
+            end.record()
+            end.synchronize()
+            if queued_s < 0.8 * sleep_s:      # the GPU still slept when the batch was queued: it ran back to back
+                break
+            sleep_s = 2.0 * queued_s + 50e-6  # the host was slower than estimated: again, behind a longer sleep
+        host.append(queued_s * 1e3 / n)
         device.append(start.elapsed_time(end) / n)
     return statistics.median(device), min(host)
 
