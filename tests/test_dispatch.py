@@ -28,46 +28,45 @@ def test_every_kernel_spec_is_complete():
             assert all(g >= 1 for g in grid) and 1 <= int(np.prod(block)) <= 1024
 
 
-def test_kernels_do_not_import_the_harness():
-    code = ("import sys, tiledmm, tiledmm.registry as r; r.names(); "
-            "print('tiledmm.harness' in sys.modules)")
+def _python(*lines: str) -> list[str]:
+    """The stdout lines of a fresh Python process running ``lines`` (what a new program imports)."""
     env = dict(os.environ, TILEDMM_QUIET="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip().splitlines()[-1] == "False"
+    return subprocess.run([sys.executable, "-c", "\n".join(lines)], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip().splitlines()
+
+
+def test_kernels_do_not_import_the_harness():
+    out = _python("import sys, tiledmm, tiledmm.registry as r; r.names()", "print('tiledmm.harness' in sys.modules)")
+    assert out[-1] == "False"
 
 
 def test_the_triton_spec_checks_a_call_without_importing_triton():
     # the family registers its name, dtypes, options and precision check; Triton loads at the launch
-    code = ("import sys, tiledmm\n"
-            "from tiledmm import registry\n"
-            "s = registry.get('triton')\n"
-            "s.check_call('float32', {'precision': 'tf32'}); s.check_tile(None)\n"
-            "s.check_options('float32', {'precision': 'tf32'})\n"
-            "try:\n"
-            "    s.check_options('bfloat16', {'precision': 'tf32'})\n"
-            "except tiledmm.TiledmmError as e:\n"
-            "    print('error:', e)\n"
-            "print('triton' in sys.modules, 'tiledmm.kernels.block.matmul' in sys.modules, s.preload is not None)")
-    env = dict(os.environ, TILEDMM_QUIET="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    lines = out.strip().splitlines()
-    assert lines[-2].startswith("error: precision 'tf32' is not available for bfloat16")
-    assert lines[-1] == "False False True"
+    out = _python("import sys, tiledmm",
+                  "from tiledmm import registry",
+                  "s = registry.get('triton')",
+                  "s.check_call('float32', {'precision': 'tf32'}); s.check_tile(None)",
+                  "s.check_options('float32', {'precision': 'tf32'})",
+                  "try:",
+                  "    s.check_options('bfloat16', {'precision': 'tf32'})",
+                  "except tiledmm.TiledmmError as e:",
+                  "    print('error:', e)",
+                  "print('triton' in sys.modules, 'tiledmm.kernels.block.matmul' in sys.modules, s.preload is not None)")
+    assert out[-2].startswith("error: precision 'tf32' is not available for bfloat16")
+    assert out[-1] == "False False True"
 
 
 def test_host_operands_load_the_triton_family_in_a_thread():
-    code = ("import threading, numpy as np, tiledmm\n"
-            "from tiledmm import registry\n"
-            "load, seen = registry.get('triton').preload, []\n"
-            "registry.amend('triton', preload=lambda: (seen.append(threading.current_thread().name), load()))\n"
-            "a, b = np.random.rand(33, 17).astype(np.float32), np.random.rand(17, 9).astype(np.float32)\n"
-            "c = tiledmm.matmul(a, b)\n"
-            "[t.join() for t in threading.enumerate() if t.name == 'tiledmm-preload']\n"
-            "spec = registry.get('triton')\n"
-            "print(seen, np.allclose(c, a @ b, rtol=1e-5), spec.preload is None, spec.launch.__module__)")
-    env = dict(os.environ, TILEDMM_QUIET="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    seen, ok, loaded, module = out.strip().splitlines()[-1].rsplit(" ", 3)
+    out = _python("import threading, numpy as np, tiledmm",
+                  "from tiledmm import registry",
+                  "load, seen = registry.get('triton').preload, []",
+                  "registry.amend('triton', preload=lambda: (seen.append(threading.current_thread().name), load()))",
+                  "a, b = np.random.rand(33, 17).astype(np.float32), np.random.rand(17, 9).astype(np.float32)",
+                  "c = tiledmm.matmul(a, b)",
+                  "[t.join() for t in threading.enumerate() if t.name == 'tiledmm-preload']",
+                  "spec = registry.get('triton')",
+                  "print(seen, np.allclose(c, a @ b, rtol=1e-5), spec.preload is None, spec.launch.__module__)")
+    seen, ok, loaded, module = out[-1].rsplit(" ", 3)
     assert seen == "['tiledmm-preload']" and ok == "True" and loaded == "True"
     assert module in ("tiledmm.kernels.block.matmul", "tiledmm.kernels.block")   # emulation wraps the launch
 
