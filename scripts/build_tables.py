@@ -16,8 +16,9 @@
 
 Suites: tiledmm.bench.SUITES (row-major operands, "nn"), and "models": GPT-2 small's and
 issue 23's Linear products at M = 8192 tokens in the three layouts a training step calls
-(nn: dX = dY W; nt: Y = X Wᵀ; tn: dW = dYᵀ X). fp32 (exact) is tuned on square, irregular and
-transformer only (the llm suite's fp32 products take seconds each to time).
+(nn: dX = dY W; nt: Y = X Wᵀ; tn: dW = dYᵀ X). fp32 (exact) is tuned on square, irregular,
+transformer and llm (llm since session 22: its timing takes ~2 minutes on the H100; without its
+entries M = 16 took a neighbour class's 32-row split-K tile, 0.64-0.85 of the timed pick).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ DTYPES = {"bf16": ("bfloat16", None), "fp16": ("float16", None), "tf32": ("float
           "fp32": ("float32", "ieee")}
 MODELS = [(8192, 768, 2304), (8192, 768, 768), (8192, 768, 3072), (8192, 3072, 768), (8192, 768, 50257),
           (8192, 4096, 16384), (8192, 16384, 4096)]
-FP32_SUITES = ("square", "irregular", "transformer")
+FP32_SUITES = ("square", "irregular", "transformer", "llm")
 
 
 def jobs(suites: list[str], dtypes: list[str]) -> list[tuple[str, str, str, list]]:
