@@ -252,6 +252,7 @@ def test_descriptor_plan_halves_the_staging_tile_along_m_for_the_transposed_tile
     assert G.descriptor_plan(a, b, c, cfg)["c"][1] == [256, 64]
 
 
+@pytest.mark.compiles
 def test_heuristic_skips_configs_over_the_shared_memory_limit():
     # a float32 output doubles the staging tile: 128x256 with 4 stages and EPI_SPLIT=2 no longer fits
     cfg = G.heuristic(8192, 8192, 8192, "16bit", 132, out_esize=4)
@@ -295,6 +296,7 @@ def _compile(cfg, dtype=BF16, a_t=False, b_t=False, has_beta=False, bias=0, act=
         raise
 
 
+@pytest.mark.compiles
 @pytest.mark.parametrize("a_t, b_t", [(False, False), (True, True)])
 def test_a_tile_of_three_parts_compiles_to_three_wgmmas_a_step(a_t, b_t):
     """The 128x192 tile (PARTS = 3): three m64n64 wgmmas a K-step (not one of n192: register tensors are
@@ -326,6 +328,7 @@ def test_a_parts_config_is_checked():
         G._full_config(dict(cfg), 256, 600, 128, a32, c32, 132)
 
 
+@pytest.mark.compiles
 @pytest.mark.parametrize("cfg, dtype, a_t, b_t, mma", [
     (G.CONFIGS["16bit"][0], BF16, True, True, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"),
     (G.CONFIGS["16bit"][5], FP16, False, False, "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"),
@@ -352,6 +355,7 @@ def test_compiles_to_warp_specialised_wgmma(cfg, dtype, a_t, b_t, mma):
     assert k.metadata.shared <= G.SMEM_LIMIT + 2048
 
 
+@pytest.mark.compiles
 @pytest.mark.parametrize("bias", [0, 1, 2])
 @pytest.mark.parametrize("act", G.ACTS)
 def test_compiles_with_every_fused_epilogue(bias, act):
@@ -364,6 +368,7 @@ def test_compiles_with_every_fused_epilogue(bias, act):
         assert re.search(r"\bmax\.(nan\.)?f32", ptx)
 
 
+@pytest.mark.compiles
 def test_compiles_the_fused_linear_tile():
     """The 128x256 two-warpgroup tile with EPI_SPLIT=2 (nn.Linear's shapes) with bias + gelu and beta."""
     k = _compile(G.CONFIGS["16bit"][0], BF16, has_beta=True, bias=1, act="gelu")
