@@ -195,6 +195,7 @@ def test_fastkernel_launches_through_the_public_path_when_direct_launches_are_of
     fk._slow = lambda grid, args: slow.append(args) or ck
     a, b, c = (torch.empty(4) for _ in range(3))
     monkeypatch.setattr(fastlaunch, "current_stream", lambda: 7)
+    monkeypatch.setattr(fastlaunch, "current_device", lambda: 0)
     for direct, want_slow, want_run in ((False, 3, 0), (True, 3, 2)):
         monkeypatch.setattr(_adapter, "_direct", direct)
         fk.cache.clear()
@@ -207,6 +208,36 @@ def test_fastkernel_launches_through_the_public_path_when_direct_launches_are_of
     assert calls[-1] == ("C", 2, 1, 1, 7, "fn", False, False, None, None, "meta", None, None, None,
                          a, b, c, 17, 64, 1.5)
     assert fastlaunch.replay(lambda *x, **k: None, a, b, c, alpha=1.0) is None     # not replayable
+
+
+def test_fastkernel_keeps_a_compiled_kernel_per_device(monkeypatch):
+    """A CompiledKernel's function handle belongs to the context it was loaded in: a specialisation met
+    on a second device is loaded (or compiled) there, never launched with the first device's handle,
+    and each device's launches use their own."""
+    def kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
+        pass
+
+    class JIT:
+        fn = kernel
+
+    calls, slow = [], []
+    fk = fastlaunch.FastKernel(JIT, {"BLOCK": 64}, 4, 3)
+    fk.direct = True
+    compiled = {0: _compiled(_KnownLauncher(calls)), 1: _compiled(_KnownLauncher(calls))}
+    here = [0]
+    fk._slow = lambda grid, args: slow.append(here[0]) or compiled[here[0]]
+    monkeypatch.setattr(_adapter, "_direct", True)
+    monkeypatch.setattr(_adapter, "load_compiled", lambda *a, **k: None)
+    monkeypatch.setattr(_adapter, "remember_compiled", lambda *a, **k: None)
+    monkeypatch.setattr(fastlaunch, "current_stream", lambda: 7)
+    monkeypatch.setattr(fastlaunch, "current_device", lambda: here[0])
+    a, b, c = (torch.empty(4) for _ in range(3))
+    for dev in (0, 1, 0, 1):
+        here[0] = dev
+        assert fk((2,), a, b, c, 17, 1.5) is compiled[dev]
+    assert slow == [0, 1]                                  # one first launch per device
+    assert {k[0] for k in fk.cache} == {0, 1} and len(fk.cache) == 2
+    assert fk.cache[(0, next(iter(fk.cache))[1])] is compiled[0]
 
 
 def test_torch_helpers_match_public_torch():

@@ -44,7 +44,7 @@ def _scalar(name: str, v: Any) -> float:
     return float(v)
 
 
-_stream_cache: dict[int, Any] = {}
+_stream_cache: dict[tuple, Any] = {}    # (raw handle, device) -> torch's ExternalStream over it
 
 
 def _stream_handle(stream: Any) -> int:
@@ -76,9 +76,9 @@ def _stream_context(kind: str, stream: Any, device):
         handle = _stream_handle(stream)
     if handle == torch.cuda.current_stream(device).cuda_stream:
         return nullcontext()
-    s = _stream_cache.get(handle)
-    if s is None:
-        s = _stream_cache[handle] = torch.cuda.ExternalStream(handle, device=device)
+    s = _stream_cache.get((handle, device))
+    if s is None:       # (keyed by device too: handle 0, the default stream, is every device's)
+        s = _stream_cache[(handle, device)] = torch.cuda.ExternalStream(handle, device=device)
     return torch.cuda.stream(s)
 
 

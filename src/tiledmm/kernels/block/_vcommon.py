@@ -2,16 +2,16 @@
 
 Each variant module exposes NAME, applicable(), CONFIGS, heuristic() and launch() (and,
 where it has them, REPLAYABLE, prune() and TRAITS for the model); variants.from_module
-plugs them in. Here: the device's properties per device index, the one Hopper test, the
+plugs them in. Here: the device facts (``tiledmm._device``, per device index), the one Hopper test, the
 one ``kind_of`` and ``cfg``, the FastKernel per (kernel, config, flags). Nothing here launches a kernel.
 """
 from __future__ import annotations
 
 import functools
-import os
 
 from .fastlaunch import FastKernel, Launcher, current_stream, ensure_allocator  # noqa: F401  (one home for launches)
 
+from ... import _device
 from ..._backend import emulating, mode
 from .heuristics import Device
 
@@ -40,46 +40,20 @@ def index_of(t) -> int | None:
     return None if emulating() or not getattr(t, "is_cuda", False) else t.device.index
 
 
-def _index(index: int | None) -> int:
-    if index is not None:
-        return index
-    if emulating():
-        return 0
-    import torch
-    return torch.cuda.current_device()
-
-
-def _props(index: int):
-    """Device ``index``'s properties (``tiledmm.analysis.device.properties``: read once per
-    index; emulation describes a small GPU; tests may install fakes)."""
-    from ...analysis.device import properties
-    return properties(index)
-
-
 def num_sms(index: int | None = None) -> int:
-    """SMs the kernels plan for on device ``index`` (None: the current one) (persistent grids,
-    the model): the device's, less ``TILEDMM_SM_MARGIN`` -- SMs left to kernels that run beside
-    tiledmm's (NCCL's, when tiledmm.distributed overlaps communication with the local products)."""
-    return max(1, _props(_index(index)).num_sms - _sm_margin())
+    """SMs the kernels plan for on device ``index`` (None: the current one): ``tiledmm._device``'s."""
+    return _device.num_sms(index)
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_margin() -> int:
-    try:
-        return max(0, int(os.environ.get("TILEDMM_SM_MARGIN", "0")))
-    except ValueError:
-        return 0
+_sm_margin = _device.sm_margin
 
 
 def smem_limit(index: int | None = None) -> int:
-    """Shared memory one block may opt in to on device ``index`` (232,448 bytes on the H100),
-    less barrier slack."""
-    return _props(_index(index)).smem_per_block_optin - 1024
+    return _device.smem_limit(index)
 
 
 def capability(index: int | None = None) -> tuple:
-    """Compute capability of device ``index``; (0, 0) in emulation or without CUDA."""
-    return tuple(_props(_index(index)).capability)
+    return _device.capability(index)
 
 
 def device(index: int | None = None) -> Device:

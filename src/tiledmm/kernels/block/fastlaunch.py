@@ -54,7 +54,10 @@ class FastKernel:
     """One JIT function with its meta-parameters (constexprs, num_warps, num_stages) fixed.
 
     Thread-safe: everything set in ``__init__`` is never changed; the first launch of each
-    specialisation (which compiles) runs under the kernel's lock, and ``cache`` only grows."""
+    specialisation (which compiles) runs under the kernel's lock, and ``cache`` only grows.
+
+    ``cache`` is keyed by (device index, specialisation): a CompiledKernel's function handle belongs
+    to the CUDA context it was loaded in, so each device loads (or compiles) its own."""
 
     def __init__(self, fn, meta: dict, num_warps: int, num_stages: int):
         self.fn = fn
@@ -65,7 +68,7 @@ class FastKernel:
         self.constexpr_at = {i: p.name for i, p in enumerate(params) if p.name in self.meta}
         self.defaults = {p.name: p.default for p in params}
         self.n_params = len(params)
-        self.cache: dict[tuple, Any] = {}
+        self.cache: dict[tuple, Any] = {}     # (device index, specialisation) -> CompiledKernel
         self.direct = not emulating()
         # both built before the object is shared: a thread can never see one without the other
         self._template = tuple(self.meta.get(self.constexpr_at.get(i)) for i in range(self.n_params))
@@ -88,22 +91,23 @@ class FastKernel:
                     return self._slow(grid, args)
             return self._slow(grid, args)
         key = tuple(map(_arg_key, args))
+        dev = current_device()
         rec = getattr(_tls, "launches", None)
         if rec is not None:
-            rec.append((self, grid, args, key))
-        ck = self.cache.get(key)
+            rec.append((self, grid, args, key, dev))
+        ck = self.cache.get((dev, key))
         if ck is None:
             with self._lock:                # one thread compiles a specialisation; the others wait for it
-                ck = self.cache.get(key)
+                ck = self.cache.get((dev, key))
                 if ck is None:
                     ikey = self._index_key(key)
                     ck = _adapter.load_compiled(ikey, self.fn)     # compiled by an earlier process?
                     if ck is None:
                         ck = self._slow(grid, args)
-                        self.cache[key] = ck
+                        self.cache[(dev, key)] = ck
                         _adapter.remember_compiled(ikey, ck)
                         return ck
-                    self.cache[key] = ck
+                    self.cache[(dev, key)] = ck
         if not _adapter.triton_direct():
             self._slow(grid, args)
             return ck
@@ -178,13 +182,13 @@ def _plain(launches: list, a, b, c):
     are a, b, c and whose other arguments hold no tensor; else None."""
     if len(launches) != 1:
         return None
-    fk, grid, args, key = launches[0]
-    ck = fk.cache.get(key)
+    fk, grid, args, key, dev = launches[0]
+    ck = fk.cache.get((dev, key))
     if ck is None or not fk.direct or len(args) < 3 or args[0] is not a or args[1] is not b or args[2] is not c:
         return None
     if any(hasattr(v, "data_ptr") for v in args[3:]):
         return None
-    return fk, grid, args, key, ck
+    return fk, grid, args, key, ck, dev
 
 
 def replay(fn, a, b, c, **kw):
@@ -207,7 +211,7 @@ def _exact(mode, launches: list, a, b, c):
     plain = _plain(launches, a, b, c)
     if plain is None:
         return None
-    fk, grid, args, _, ck = plain
+    fk, grid, args, _, ck, _ = plain
     rest = tuple(fk._full(args)[3:])
     function, packed = ck.function, ck.packed_metadata
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
@@ -301,8 +305,9 @@ class ClassLaunch:
     MEMO = 4096
 
     def __init__(self, fk, pick, ints, where: tuple, fixed_key: tuple, persistent: int, bm: int, bn: int,
-                 batched: bool):
+                 batched: bool, dev: int):
         self.fk, self.pick, self.ints, self.where, self.fixed_key = fk, pick, ints, where, fixed_key
+        self.dev = dev          # the device it serves (the short path keys class launches by device)
         self.persistent, self.bm, self.bn, self.batched = persistent, bm, bn, batched
         self.tail = tuple(fk._template[len(fk._slots):])
         self.home = current_stream()
@@ -316,7 +321,7 @@ class ClassLaunch:
         """The class launch of a recorded plain launch, or None where its arguments or grid are not
         what ``_env`` and ``grid`` compute from the call (checked on the recorded call itself)."""
         import operator
-        fk, grid, args, key, _ = plain
+        fk, grid, args, key, _, dev = plain
         names = fk.names
         if any(n not in _ENV for n in names) or fk._slots != tuple(range(len(fk._slots))):
             return None                      # an unknown parameter, or constexprs between runtime ones
@@ -330,7 +335,7 @@ class ClassLaunch:
         fixed_key = tuple(k for i, k in enumerate(key) if i not in where)
         persistent = fk.meta.get("NUM_SMS", 0)
         self = cls(fk, pick, ints, where, fixed_key, persistent if isinstance(persistent, int) else 0, bm, bn,
-                   len(grid) > 1)
+                   len(grid) > 1, dev)
         env = _env(a, b, c, float(alpha), float(beta))
         want = tuple(v.data_ptr() if hasattr(v, "data_ptr") else v for v in args)
         if tuple(pick(env)) != want or tuple(grid) != self.grid(env[3], env[4], env[-1]):
@@ -373,7 +378,7 @@ class ClassLaunch:
             full, it, rest = [], iter(ikey), iter(self.fixed_key)
             for i in range(len(self.fk._slots)):
                 full.append(next(it) if i in self.where else next(rest))
-            ck = self.fk.cache.get(tuple(full))
+            ck = self.fk.cache.get((self.dev, tuple(full)))
             direct = _adapter.c_launch(ck) if ck is not None else None
             if direct is None or (direct[3] and direct[2]):      # scratch shared under PDL: not bound
                 return None
@@ -419,8 +424,8 @@ def _replay_steps(launches: list, a, b, c):
         return None
     owners = {t.untyped_storage().data_ptr() for t in (a, b, c)}
     steps, private = [], {}
-    for fk, grid, args, key in launches:
-        ck = fk.cache.get(key)
+    for fk, grid, args, key, dev in launches:
+        ck = fk.cache.get((dev, key))
         direct = _adapter.c_launch(ck) if ck is not None and fk.direct else None
         if direct is None or direct[2]:
             return None
@@ -525,6 +530,15 @@ def keep(nbytes: int, dev: int | None = None):
 
 
 _raw_stream = None
+_raw_device = None
+
+
+def current_device() -> int:
+    """torch's current CUDA device index (cheap: no Python wrapper)."""
+    global _raw_device
+    if _raw_device is None:
+        _raw_device = _adapter.device_getter()
+    return _raw_device()
 
 
 def current_stream() -> int:

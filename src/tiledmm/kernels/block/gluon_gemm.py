@@ -70,13 +70,14 @@ import os
 import threading
 import warnings
 
-from ... import _adapter
+from ... import _adapter, _device
 from ..._arrays import TiledmmError
 from .fastlaunch import current_stream, keep
 
 NAME = "gluon-ws"
 LOADER_REGS = 40          # registers per thread of the loader warp (setmaxnreg)
-SMEM_LIMIT = 232448 - 2048  # the H100's opt-in shared memory per block, less barriers/slack
+SMEM_LIMIT = 232448 - 2048  # every Hopper GPU's opt-in shared memory per block, less barriers/slack (the model's
+                            # default; launches pass their device's, ``_smem``)
 _DTYPES = {"torch.bfloat16": "16bit", "torch.float16": "16bit", "torch.float32": "tf32"}
 ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
@@ -180,11 +181,11 @@ def smem_bytes(config: dict, esize: int, out_esize: int) -> int:
 
 
 def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int = 2, reg: bool = False,
-              batch: int = 1) -> dict:
+              batch: int = 1, smem: int = SMEM_LIMIT) -> dict:
     """The config a no-timing pick takes. Model: waves of tiles over the SMs, each wave as long as
     one tile at its measured rate (RATE; tf32 with an operand in registers, ``reg``: RATE_TF32_REG);
     among configs within NEAR (5 %) of the best modelled time the largest tile wins (it moves fewer bytes
-    per flop, which the model leaves out). Configs without a measured rate or over SMEM_LIMIT are
+    per flop, which the model leaves out). Configs without a measured rate or over ``smem`` bytes are
     skipped, split-K ones unless all their units fit in one wave with >= 4 K-steps each; for a batch
     (``batch`` products), those whose tiles would cross from one product into the next (``batch_fits``)."""
     esize = 2 if kind == "16bit" else 4
@@ -196,7 +197,7 @@ def heuristic(M: int, N: int, K: int, kind: str, sms: int = 132, out_esize: int 
         units = cdiv(M, bm) * cdiv(N, bn) * split * batch
         if batch > 1 and not batch_fits(cfg, M, K):
             continue
-        if (bm, bn, cfg["EPI_SPLIT"]) not in rates or smem_bytes(cfg, esize, out_esize) > SMEM_LIMIT or \
+        if (bm, bn, cfg["EPI_SPLIT"]) not in rates or smem_bytes(cfg, esize, out_esize) > smem or \
                 (split > 1 and (cdiv(K, cfg["BLOCK_K"]) < 4 * split or units > sms)):
             continue
         tile = bm * bn / rates[(bm, bn, cfg["EPI_SPLIT"])]
@@ -302,7 +303,7 @@ def why_not(a, b, c, precision, alpha=1.0, beta=0.0) -> str | None:
             return f"TMA needs 16-byte aligned bases and row strides (shape {tuple(t.shape)}, strides {t.stride()})"
     if os.environ.get("TRITON_INTERPRET", "") == "1":
         return "Gluon kernels do not run in Triton's interpreter"
-    if not _is_hopper():
+    if c.get_device() < 0 or not _device.is_hopper(c.get_device()):
         return "needs a Hopper GPU (sm_90)"
     return None
 
@@ -340,19 +341,12 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
     }
 
 
-@functools.lru_cache(maxsize=None)
-def _is_hopper() -> bool:
-    import torch
-    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-
-
-@functools.lru_cache(maxsize=None)
-def _num_sms() -> int:
-    import torch
-    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-
-
 # -- launching ------------------------------------------------------------------------------------
+
+def _smem(dev: int) -> int:
+    """The model's shared-memory bound on device ``dev``: its opt-in limit less the same slack as SMEM_LIMIT."""
+    return _device.smem_limit(dev) + _device.SMEM_SLACK - (232448 - SMEM_LIMIT)
+
 
 _pick = functools.lru_cache(maxsize=4096)(heuristic)    # launch's no-timing pick (a shared dict: read only)
 _FULL = frozenset(_c(0, 0, 0, 0, 0))
@@ -480,7 +474,7 @@ def _public(a, b, c, M, N, K, config, sms, dev, bias, sbias, alpha, beta, bias_m
 
 
 MAX_DESCS = 1024        # expanded descriptors kept (then the cache starts again)
-_descs: dict = {}       # (tensor-map metadata, pointer, shape, strides) -> the C launch's arguments
+_descs: dict = {}       # (tensor-map metadata, pointer, shape, strides, device) -> the C launch's arguments
 _bound: dict = {}       # specialisation -> _Bound, or _PUBLIC (Gluon's launcher for good)
 _PUBLIC = "public"
 _bind_lock = threading.Lock()
@@ -501,7 +495,7 @@ class _Bound:
 
     def desc(self, i: int, ptr: int, shape: tuple, strides: tuple, dev: int) -> tuple:
         global _descs
-        key = (self.mkeys[i], ptr, shape, strides)
+        key = (self.mkeys[i], ptr, shape, strides, dev)
         hit = _descs.get(key)
         if hit is None:
             try:
@@ -625,7 +619,8 @@ class _ClassLaunch:
         it (``_full_config``, ``_plain_unless_split``) -- remembered; None where it is not bound yet."""
         kind, out_esize, reg, rest = self.by_shape
         sms = self.bound.sms
-        config = _plain_unless_split(_pick(M, N, K, kind, sms, out_esize, reg, batch), M, N, K, sms, batch)
+        config = _plain_unless_split(_pick(M, N, K, kind, sms, out_esize, reg, batch, _smem(self.dev)), M, N, K,
+                                     sms, batch)
         bound = _bound.get((tuple(config.items()), *rest))
         if not isinstance(bound, _Bound):
             return None
@@ -702,7 +697,7 @@ def _full_config(config, M: int, N: int, K: int, a, c, sms: int, reg: bool = Fal
     """``config`` completed from the model's pick where it names only some meta-parameters (a tile width
     given without PARTS is one accumulator wide), checked where it names PARTS."""
     if not config or not _FULL <= config.keys():
-        pick = _pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size(), reg, batch)
+        pick = _pick(M, N, K, _DTYPES[str(a.dtype)], sms, c.element_size(), reg, batch, _smem(c.get_device()))
         if config and "BLOCK_N" in config:
             pick = {k: v for k, v in pick.items() if k != "PARTS"}
         config = {**pick, **(config or {})}
@@ -751,7 +746,7 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     if isinstance(st, str):
         return None
     batch, M, N, K, (a, b, c), _ = st
-    sms = _num_sms()
+    sms = _device.num_sms(c.get_device())
     reg = operand_mode(a, b) != 0
     by_shape = not config
     config = _full_config(config, M, N, K, a, c, sms, reg, batch)
@@ -775,7 +770,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     c (M, N) or (B, M, N): a batch runs in one launch where ``why_not`` allows it."""
     given = (a, b, c)       # what the descriptors' plan reads (descriptor_plan stacks a batch itself)
     batch, M, N, K, (a, b, c), steps = _stacked(a, b, c)
-    sms = _num_sms()
+    sms = _device.num_sms(c.get_device())
     config = _plain_unless_split(_full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0, batch),
                                  M, N, K, sms, batch)
     if batch > 1 and not batch_fits(config, M, K):

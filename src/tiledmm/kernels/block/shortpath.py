@@ -145,31 +145,44 @@ class TorchPlan:
 
 class PointerPlan:
     """The short path for CuPy arrays and numba device arrays: the same bound launches as
-    torch's, keyed by the array's own shapes, byte strides and pointers, on CuPy's current
-    stream (CuPy) or the default stream (numba); the output is allocated by the array's own
-    library. Exact signatures only; signatures whose launch is more than one plain launch take
-    the full path."""
+    torch's, keyed by the device and the arrays' own shapes, byte strides and pointers, on CuPy's
+    current stream (CuPy) or the default stream (numba); the output is allocated by the array's
+    own library. Exact signatures only; signatures whose launch is more than one plain launch take
+    the full path. Any device: the arrays' (CuPy's current device, which both must be on) or, for
+    numba's arrays, torch's current device."""
 
     def __init__(self, kind: str, a, precision: str | None):
-        import torch
         self.kind, self.dtype, self.type = kind, a.dtype, type(a)
         self.precision = check_precision(dtype_name(a, kind), precision)
         self.exact: dict[tuple, Any] = {}
-        self.index = torch.cuda.current_device()
+        self.empties: dict[int, Any] = {}      # device -> the output allocator there
         if kind == "cupy":
             import cupy
-            self.empty = cupy.empty
             self.ptr = lambda x: x.data.ptr
             current = cupy.cuda.get_current_stream
             self.stream = lambda: current().ptr
             device = cupy.cuda.runtime.getDevice
-            self.on_device = lambda x, y: x.data.device_id == y.data.device_id == device() == self.index
+
+            def where(x, y) -> int:         # -1: not one device, or not CuPy's current one
+                d = x.data.device_id
+                return d if d == y.data.device_id == device() else -1
+            self.where = where
         else:
-            self.empty = numba_empty(self.index, a.dtype)
             self.ptr = lambda x: x.gpu_data.device_pointer_value or 0
             self.stream = lambda: 0
             current = _adapter.device_getter()
-            self.on_device = lambda x, y: current() == self.index
+            self.where = lambda x, y: current()
+
+    def _empty(self, index: int):
+        empty = self.empties.get(index)
+        if empty is None:
+            if self.kind == "cupy":
+                import cupy
+                empty = cupy.empty
+            else:
+                empty = numba_empty(index, self.dtype)
+            empty = self.empties.setdefault(index, empty)
+        return empty
 
     def __call__(self, a, b, out, alpha, beta):
         ta, tb = type(alpha), type(beta)
@@ -178,7 +191,10 @@ class PointerPlan:
         sa, sb = a.shape, b.shape
         if len(sa) != len(sb) or len(sa) not in (2, 3):
             return None
-        if sa[-1] != sb[-2] or b.dtype != self.dtype or not self.on_device(a, b):
+        if sa[-1] != sb[-2] or b.dtype != self.dtype:
+            return None
+        index = self.where(a, b)
+        if index < 0:
             return None
         if len(sa) == 3 and sa[0] != sb[0]:
             return None
@@ -188,7 +204,7 @@ class PointerPlan:
         if out is None:
             if beta:
                 return None
-            c = self.empty(shape, dtype=self.dtype)
+            c = self._empty(index)(shape, dtype=self.dtype)
         else:
             if type(out) is not self.type or out.shape != shape or out.dtype != self.dtype or 0 in out.strides:
                 return None
@@ -196,7 +212,7 @@ class PointerPlan:
         pa, pb, pc = self.ptr(a), self.ptr(b), self.ptr(c)
         if out is not None and (_span_overlap(c, pc, a, pa) or _span_overlap(c, pc, b, pb)):
             return None
-        sig = (sa, sb, a.strides, b.strides, c.strides, pa & 15, pb & 15, pc & 15, alpha, beta)
+        sig = (index, sa, sb, a.strides, b.strides, c.strides, pa & 15, pb & 15, pc & 15, alpha, beta)
         go = self.exact.get(sig, False)
         if go is None:                  # this signature takes the full path
             return None
@@ -204,14 +220,14 @@ class PointerPlan:
             return c if go(self.stream(), pa, pb, pc) is not False else None
         if len(self.exact) >= MAX_SIGNATURES:
             self.exact.clear()
-        done, self.exact[sig] = self._bind(a, b, c, float(alpha), float(beta))
+        done, self.exact[sig] = self._bind(index, a, b, c, float(alpha), float(beta))
         return c if done else None
 
-    def _bind(self, a, b, c, alpha, beta) -> tuple:
-        """The first call of a signature, through torch views on this kind's stream:
-        (whether it ran, the bound launch or None)."""
+    def _bind(self, index: int, a, b, c, alpha, beta) -> tuple:
+        """The first call of a signature on device ``index``, through torch views on this kind's
+        stream: (whether it ran, the bound launch or None)."""
         import torch
-        device = torch.device("cuda", self.index)
+        device = torch.device("cuda", index)
         A, B, C = to_torch(a, self.kind), to_torch(b, self.kind), to_torch(c, self.kind)
         if C.data_ptr() != self.ptr(c) or A.data_ptr() != self.ptr(a) or B.data_ptr() != self.ptr(b):
             return False, None          # copied by the conversion (a layout torch cannot view)

@@ -61,7 +61,7 @@ def prepare_launch(make: Callable, config: Callable, a, b, out, tile: int | None
 
 # -- running a choice on torch tensors -----------------------------------------------------------
 
-_streams: dict[int, Any] = {}
+_streams: dict[tuple, Any] = {}     # (device, raw stream) -> numba's stream (numba's are per context)
 _simulator_lock = threading.Lock()
 
 
@@ -69,9 +69,10 @@ def _numba_stream(cuda):
     """numba's handle on torch's current stream (cached per raw stream)."""
     import torch
     ptr = torch.cuda.current_stream().cuda_stream
-    s = _streams.get(ptr)
+    key = (torch.cuda.current_device(), ptr)
+    s = _streams.get(key)
     if s is None:
-        s = _streams[ptr] = cuda.external_stream(ptr) if ptr else cuda.default_stream()
+        s = _streams[key] = cuda.external_stream(ptr) if ptr else cuda.default_stream()
     return s
 
 
