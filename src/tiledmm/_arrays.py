@@ -14,12 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from ._errors import TiledmmError  # noqa: F401  (tiledmm.TiledmmError; here for the modules that take it from here)
+
 # dtype names used throughout tiledmm (numpy spelling; bfloat16 exists only in torch)
 SUPPORTED_DTYPES = ("float64", "float32", "float16", "bfloat16")
-
-
-class TiledmmError(ValueError):
-    """Bad input to tiledmm: the message names the shapes, dtypes or choices involved."""
 
 
 def kind_of(x: Any) -> str:

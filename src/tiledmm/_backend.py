@@ -110,7 +110,7 @@ def emulation_limit(kernel_limit: int) -> int:
     except ValueError:
         limit = 0
     if limit < 1:
-        from ._arrays import TiledmmError
+        from ._errors import TiledmmError
         raise TiledmmError(f"TILEDMM_EMULATION_LIMIT={text!r}: write a positive whole number of "
                            f"multiply-adds (e.g. {kernel_limit}), or unset it")
     return limit

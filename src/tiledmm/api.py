@@ -142,8 +142,8 @@ def matmul(a: Any, b: Any, *, kernel: str | None = None, tile: int | None = None
 
 def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_bytes, options, plain):
     if any(getattr(x, "requires_grad", False) for x in (a, b, out, alpha)):   # differentiable: tiledmm.ops
-        from .ops import maybe_autograd
-        r = maybe_autograd(a, b, out, alpha, beta, kernel, tile, precision, stream, max_device_bytes, options)
+        r = registry.extension("autograd")(a, b, out, alpha, beta, kernel, tile, precision, stream,
+                                           max_device_bytes, options)
         if r is not None:
             return r
     kind = kind_of(a)

@@ -18,7 +18,7 @@ import numpy as np
 from . import _backend, registry
 from ._arrays import kind_of
 from .api import matmul
-from .timing import device_and_host, time_calls
+from .timing import device_and_host, rotation_for, time_calls  # noqa: F401  (rotation_for: here too)
 
 # ||C - ref|| / ||ref|| bounds. fp32 lands near 1e-7; tf32 near 3e-4; bf16 near 3e-3.
 TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "tf32": 5e-3, "float16": 5e-3, "bfloat16": 2e-2}
@@ -166,12 +166,3 @@ def _cublas_mode(precision: str | None):
         return contextlib.nullcontext()
     from .kernels.library import fp32_matmul_precision
     return fp32_matmul_precision(precision)
-
-
-def rotation_for(shape: tuple, dtype: str, l2_bytes: int = 50 * 2**20) -> int:
-    """How many input sets to rotate through so that they do not all fit in L2 (max 8)."""
-    *batch, m, k, n = shape
-    itemsize = 2 if dtype in ("float16", "bfloat16") else np.dtype(dtype).itemsize
-    one = (batch[0] if batch else 1) * (m * k + k * n + m * n) * itemsize
-    return int(min(8, max(1, -(-3 * l2_bytes // one))))
-

@@ -116,6 +116,29 @@ def _load(name: str | None = None) -> None:
         importlib.import_module(family)
 
 
+# Extensions: layers above the API that the API calls into -- the autograd door of ``tiledmm.ops``
+# (torch.autograd around these same kernels, for tensors that need gradients). Named here by module and
+# loaded on first use, as the kernel families are: the layer registers its hook (``provide``), so the
+# API imports nothing of it and the layers stay acyclic (ops imports the API, never the reverse).
+_EXTENSION_HOME = {"autograd": "tiledmm.ops"}
+_extensions: dict[str, Callable[..., Any]] = {}
+
+
+def provide(name: str, hook: Callable[..., Any]) -> None:
+    """Register extension ``name``'s hook (its home module does, on import)."""
+    _extensions[name] = hook
+
+
+def extension(name: str) -> Callable[..., Any]:
+    """Extension ``name``'s hook, importing its home module on first use."""
+    hook = _extensions.get(name)
+    if hook is None:
+        import importlib
+        importlib.import_module(_EXTENSION_HOME[name])
+        hook = _extensions[name]
+    return hook
+
+
 def get(name: str) -> KernelSpec:
     spec = _REGISTRY.get(name)
     if spec is not None:
@@ -142,4 +165,4 @@ def shape_class(m: int, n: int, k: int) -> tuple[int, int, int]:
     return tuple(int(math.log2(max(x, 1))) for x in (m, n, k))
 
 
-__all__ = ["KernelSpec", "register", "amend", "get", "names", "all_specs", "shape_class"]
+__all__ = ["KernelSpec", "register", "amend", "get", "names", "all_specs", "shape_class", "provide", "extension"]

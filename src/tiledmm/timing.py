@@ -165,4 +165,18 @@ def _sync() -> Callable[[], None]:
     return torch.cuda.synchronize
 
 
-__all__ = ["time_calls", "device_and_host", "wall_us_per_call"]
+def rotation_for(shape: tuple, dtype: str, l2_bytes: int = 50 * 2**20) -> int:
+    """How many input sets to rotate through so that they do not all fit in L2 (max 8): the one timing
+    method's rotation, for the harness, the bench and the tuner alike."""
+    *batch, m, k, n = shape
+    itemsize = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}.get(dtype) or _itemsize(dtype)
+    one = (batch[0] if batch else 1) * (m * k + k * n + m * n) * itemsize
+    return int(min(8, max(1, -(-3 * l2_bytes // one))))
+
+
+def _itemsize(dtype: str) -> int:
+    import numpy as np
+    return np.dtype(dtype).itemsize
+
+
+__all__ = ["time_calls", "device_and_host", "wall_us_per_call", "rotation_for"]

@@ -15,7 +15,7 @@ from .._backend import mode
 mode()  # GPU or emulation is decided before torch is imported (importing torch may import triton)
 import torch  # noqa: E402
 
-from .. import api  # noqa: E402
+from .. import api, registry  # noqa: E402
 from .._arrays import TiledmmError  # noqa: E402
 from . import _library  # noqa: E402  (registers torch.ops.tiledmm.*)
 from .mode import enable  # noqa: E402
@@ -65,6 +65,9 @@ def _differentiable(a, b, out, alpha, beta: float, kernel, precision):
         return y
     out.copy_(y)
     return out
+
+
+registry.provide("autograd", maybe_autograd)     # tiledmm.matmul's door for tensors that need gradients
 
 
 @torch.compiler.substitute_in_graph(api.matmul, skip_signature_check=True)

@@ -21,7 +21,7 @@ from ... import tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating
 from ...registry import shape_class
-from ...timing import device_and_host
+from ...timing import device_and_host, rotation_for
 from . import check_precision
 from . import configs as C
 from . import heuristics as H
@@ -323,7 +323,6 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
         """The caller's operands and copies of them, rotated so that together they do not fit in L2
         (timing.py's method: a product whose operands stay in L2 would time the cache, not HBM)."""
         if not sets:
-            from ...harness import rotation_for
             n = rotation_for((p.batch, p.M, p.K, p.N), str(a.dtype).replace("torch.", ""))
             if (a.data_ptr() | b.data_ptr()) % 16:
                 n = 1           # copies would be aligned: another specialisation than the caller's
