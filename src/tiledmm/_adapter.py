@@ -535,6 +535,8 @@ def device_getter():
     """``f() -> int``: torch's current CUDA device index (private ``_cuda_getDevice``: no Python
     wrapper; public fallback ``torch.cuda.current_device``)."""
     import torch
+    if not torch.backends.cuda.is_built():
+        return lambda: 0            # a CPU build of torch: the CPU stands in for one device (emulation)
     return getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
 
 

@@ -534,7 +534,7 @@ _raw_device = None
 
 
 def current_device() -> int:
-    """torch's current CUDA device index (cheap: no Python wrapper)."""
+    """torch's current CUDA device index (cheap: no Python wrapper; 0 on a CPU build of torch)."""
     global _raw_device
     if _raw_device is None:
         _raw_device = _adapter.device_getter()
