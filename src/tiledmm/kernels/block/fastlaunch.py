@@ -57,6 +57,7 @@ class FastKernel:
     specialisation (which compiles) runs under the kernel's lock, and ``cache`` only grows."""
 
     def __init__(self, fn, meta: dict, num_warps: int, num_stages: int):
+        _adapter.triton_cache_ready()       # before any compile of it (also one inside a graph capture)
         self.fn = fn
         self.meta = dict(meta)
         self.num_warps, self.num_stages = num_warps, num_stages
