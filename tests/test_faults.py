@@ -176,6 +176,8 @@ def test_a_damaged_gpu_table_is_a_miss_the_model_picks(fresh, fault):
 @pytest.mark.parametrize("kind", ["store", "table"])
 def test_the_undamaged_file_is_used(fresh, kind):
     """The control: the damage above is what made those calls miss."""
+    if kind == "store" and not _backend.emulating():
+        pytest.skip("the stored name is one of emulation's candidates")
     a, b = _operands(45, 21, 70)
     key, tkey, other = _plan(a, b)
     if kind == "table":
