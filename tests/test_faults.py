@@ -201,6 +201,7 @@ def test_a_damaged_kernel_index_entry_is_a_miss_and_rewritten(index, monkeypatch
     monkeypatch.setattr(_adapter, "run_compiled", lambda ck, *rest: None)
     monkeypatch.setattr(fastlaunch, "ensure_allocator", lambda: None)
     monkeypatch.setattr(fastlaunch, "current_stream", lambda: 0)
+    monkeypatch.setattr(fastlaunch, "current_device", lambda: 0, raising=False)   # (where the cache is per device)
     monkeypatch.setattr(fastlaunch, "emulating", lambda: False)
     fastlaunch.FastKernel(FakeJit(compiled=index), {"BLOCK": 64}, 4, 3)((2,), *_args())
     [path] = (index.triton_dir / "tiledmm-index").glob("*.json")
