@@ -23,6 +23,7 @@ def undecided(monkeypatch):
     monkeypatch.setattr(_adapter, "_why_not", "")
     monkeypatch.setattr(_adapter._backend, "emulating", lambda: False)
     monkeypatch.setattr(_adapter, "_capturing", lambda: False)
+    monkeypatch.setattr(_adapter, "_cache_ready", True)      # Triton's cache folder: test_faults.py
     yield
     monkeypatch.setattr(_adapter, "_direct", None)
 

@@ -58,7 +58,7 @@ import threading
 import warnings
 from typing import Callable, NamedTuple
 
-from . import _backend
+from . import _backend, _cachefile
 
 TRITON_CHECKED = ("3.6.0",)      # Triton versions whose launcher the direct launch was checked against
 
@@ -94,6 +94,7 @@ def _decide() -> bool:
     if _backend.emulating():
         _why_not = "emulation"
         return False         # the interpreter has no launcher to skip: nothing to warn about
+    triton_cache_ready()     # before the self-test's compile
     import triton
     if triton.__version__ not in TRITON_CHECKED:
         _why_not = f"Triton {triton.__version__} is not among the versions checked {list(TRITON_CHECKED)}"
@@ -136,21 +137,18 @@ def _verdict_path():
 def _passed_before(path) -> bool:
     """Whether the self-test passed in an earlier process under the same conditions (``path``: its
     ``_verdict_path``): then this process skips it (~0.07 s of a first call: the probe's load, three
-    launches, a sync)."""
-    try:
-        return path is not None and path.read_text() == "passed"
-    except OSError:
-        return False
+    launches, a sync). A file that is not a kept pass is a miss (one warning): the test runs."""
+    def kept_pass(text: str) -> bool:
+        _cachefile.need(text == "passed", "not a kept pass")
+        return True
+    return path is not None and bool(_cachefile.read_text(path, "kept self-test", kept_pass,
+                                                          then="ignored: the self-test runs"))
 
 
 def _write_atomic(path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (a temporary file of this process and thread,
-    then renamed over it): another process reads the old file or the new one. Raises OSError."""
-    import os
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` whole or not at all (``_cachefile.write_atomic``; the index folder is
+    tiledmm's own: a damaged entry or a file in the folder's place is replaced). Raises OSError."""
+    _cachefile.write_atomic(path, text, own_folder=True)
 
 
 def decided() -> bool:
@@ -399,6 +397,7 @@ def index_key(fn, meta: dict, num_warps: int, num_stages: int, spec) -> str | No
     part cannot be had). ``spec``: what the launch's runtime arguments specialise on (any value with a
     stable repr). ``fn`` may instead be a string that stands for its source: a hash of the whole file
     that defines it (a kernel whose module should not be imported just to look it up: gluon-ws)."""
+    triton_cache_ready()     # (a lookup comes before the first compile of a kernel)
     if not _index_on():
         return None
     try:
@@ -476,6 +475,25 @@ def remember_compiled(key: str | None, ck, **notes) -> None:
         pass
 
 
+def _index_entry(entry) -> dict:
+    """An index entry of the form ``remember_compiled`` writes, else ``_cachefile.Damaged``."""
+    need = _cachefile.need
+    need(isinstance(entry, dict), "not a JSON object")
+    need(isinstance(entry.get("hash"), str) and isinstance(entry.get("name"), str), "hash or name")
+    src = entry.get("source")
+    need(isinstance(src, list) and len(src) == 2 and all(isinstance(x, str) for x in src), "source")
+    sig = entry.get("signature")
+    need(isinstance(sig, dict) and all(isinstance(v, str) for v in sig.values()), "signature")
+    for part in ("constants", "attrs"):
+        need(isinstance(entry.get(part), list) and all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], list)
+                                                       for x in entry[part]), part)
+    need(all(isinstance(v, dict) and len(v.keys() & {"v", "dtype", "constexpr"}) == 1
+             for _, v in entry["constants"]), "constants")
+    entry.setdefault("notes", {})
+    need(isinstance(entry["notes"], dict), "notes")
+    return entry
+
+
 def load_compiled(key: str | None, fn=None, require: dict | None = None):
     """The CompiledKernel recorded under ``key``, built from Triton's cache entry (its handles loaded
     on the current device), without Triton's JIT; None where there is none, its notes lack an item of
@@ -484,10 +502,12 @@ def load_compiled(key: str | None, fn=None, require: dict | None = None):
     if key is None:
         return None
     import importlib
-    import json
     try:
-        entry = json.loads(_index_path(key).read_text())
-        notes = entry.get("notes") or {}
+        entry = _cachefile.read_json(_index_path(key), "kernel-index entry", _index_entry,
+                                     then="ignored: Triton's JIT finds the kernel")
+        if entry is None:
+            return None
+        notes = entry["notes"]
         if any(notes.get(k) != v for k, v in (require or {}).items()):
             return None
         from triton.compiler import compiler
@@ -513,6 +533,45 @@ def load_compiled(key: str | None, fn=None, require: dict | None = None):
         return ck
     except Exception:   # noqa: BLE001  missing or corrupt entry, a changed Triton: a miss
         return None
+
+
+# -- Triton: its cache folder ------------------------------------------------------------------------------
+#
+# Triton cannot compile without writing its cache folder (``knobs.cache.dir``: TRITON_CACHE_DIR, else
+# ~/.triton/cache); an unusable one (under a file, read-only, full) would end the first compile with a raw
+# OSError. ``triton_cache_ready`` looks once, before the first compile, and where Triton cannot write
+# there, gives it a private temporary folder for the process (``_cachefile.usable_folder``: one warning).
+
+_cache_ready = False
+_cache_lock = threading.Lock()
+
+
+def triton_cache_ready() -> None:
+    """Make sure Triton can write its cache folder, once per process (on a GPU; the interpreter writes
+    none): see above. Raises TiledmmError where no folder can be written."""
+    global _cache_ready
+    if _cache_ready:
+        return
+    with _cache_lock:
+        if not _cache_ready:
+            if not _backend.emulating():
+                _settle_triton_cache()
+            _cache_ready = True
+
+
+def _settle_triton_cache() -> str:
+    """The folder Triton keeps compiled kernels in: its own where writable, else a private one for this
+    process (``knobs.cache.dir``, and TRITON_CACHE_DIR for child processes)."""
+    import os
+
+    from triton import knobs
+    folder = knobs.cache.dir
+    usable = _cachefile.usable_folder(folder, "Triton's cache folder", "TRITON_CACHE_DIR",
+                                      "its kernels are compiled again in every process")
+    if usable != folder:
+        knobs.cache.dir = usable
+        os.environ["TRITON_CACHE_DIR"] = usable
+    return usable
 
 
 # -- torch -----------------------------------------------------------------------------------------------
@@ -586,6 +645,6 @@ def numba_array_maker(index: int):
     return make
 
 
-__all__ = ["TRITON_CHECKED", "triton_direct", "index_key", "load_compiled", "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch", "TensorDescLaunch", "tensordesc_launch", "ensure_context", "raw_stream",
+__all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key", "load_compiled", "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch", "TensorDescLaunch", "tensordesc_launch", "ensure_context", "raw_stream",
            "raw_stream_getter", "device_getter", "internal_overlap", "gpu_sleep", "version_counter",
            "storage_weakref", "numba_array_maker"]

@@ -9,7 +9,9 @@ the store lacks times each candidate and keeps the fastest; later calls, in this
 or a new one, read the choice back. Choices are stored as JSON in the
 user's cache folder (``$TILEDMM_CACHE_DIR``, else ``$XDG_CACHE_HOME/tiledmm``, else
 ``~/.cache/tiledmm``), one file per GPU model and library versions, so a driver or
-Triton upgrade tunes afresh.
+Triton upgrade tunes afresh. A store that cannot be used (damaged, of another form, a folder in its
+place) is ignored with one warning and replaced by the next choice stored; where none can be
+written, choices live in the process (one warning) -- ``_cachefile``.
 
 Inside CUDA graph capture nothing is timed whatever the mode (timing is impossible there).
 First-call tuning holds a lock, so concurrent threads tune a key once; the steady state
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Hashable
 
 from . import _backend
+from ._cachefile import need, read_json, warn_unwritable, write_atomic
 
 _lock = threading.RLock()
 _memory: dict[str, object] = {}
@@ -91,31 +94,37 @@ def store_path() -> Path:
     return cache_dir() / f"tuning-{_identity()}.json"
 
 
+def parse_store(doc) -> dict:
+    """The store's form: a JSON object of choices, each a candidate's name."""
+    need(isinstance(doc, dict), "not a JSON object")
+    bad = next((k for k, v in doc.items() if not isinstance(v, str)), None)
+    need(bad is None, f"the choice stored for {bad!r} is not a name")
+    return doc
+
+
+def _read(path: Path) -> dict:
+    """The store at ``path``; empty where there is none or it cannot be used (``_cachefile``: one
+    warning, and the next choice stored replaces it)."""
+    return read_json(path, "tuning store", parse_store, then="ignored as if empty") or {}
+
+
 def _load() -> dict:
     global _disk
     if _disk is None:
-        try:
-            _disk = json.loads(store_path().read_text())
-        except (OSError, ValueError):
-            _disk = {}
+        _disk = _read(store_path())
     return _disk
 
 
 def _save(key: str, value) -> None:
     """Merge one choice into the file (atomic rename; another process's choices are kept)."""
     path = store_path()
+    on_disk = dict(_read(path))
+    on_disk[key] = value
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            on_disk = json.loads(path.read_text())
-        except (OSError, ValueError):
-            on_disk = {}
-        on_disk[key] = value
-        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(on_disk, indent=1, sort_keys=True))
-        os.replace(tmp, path)
-    except OSError:
-        pass   # a read-only home: the choice still lives in this process
+        write_atomic(path, json.dumps(on_disk, indent=1, sort_keys=True))
+    except OSError as e:    # a read-only or full disk: the choice still lives in this process
+        warn_unwritable(path, "tuning store", e, "tuned choices are kept in this process only "
+                                                 "(TILEDMM_CACHE_DIR names another folder)")
 
 
 def key_of(*parts: Hashable) -> str:

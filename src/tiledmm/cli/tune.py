@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import json
 import time
 from typing import List, Optional
 
@@ -59,16 +58,12 @@ def _tune_operand(batch: int, rows: int, cols: int, transposed: bool, dtype):
 def _read_store(strict: bool = True):
     """(path, {key: choice} or None when there is no store file) for this GPU and library versions."""
     from .. import tuning
+    from .._cachefile import load_json
     path = tuning.store_path()
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        return path, None
-    except (ValueError, UnicodeDecodeError):
-        doc = None
-    if not isinstance(doc, dict):
+    doc, why = load_json(path, tuning.parse_store)
+    if why:
         if strict:
-            raise TiledmmError(f"{path}: not a tuning store (not a JSON object); `tiledmm tune --forget` removes it")
+            raise TiledmmError(f"{path}: not a tuning store ({why}); `tiledmm tune --forget` removes it")
         doc = {}
     return path, doc
 
@@ -151,7 +146,10 @@ def _forget_store() -> None:
     if doc:
         table(f"forgetting {len(doc)} tuned choice{'s' * (len(doc) != 1)}", STORE_COLUMNS, _store_rows(doc),
               fold=("kernel", "chosen"))
-    path.unlink()
+    if path.is_dir():
+        path.rmdir()            # an empty folder in the store's place (a damaged store): removed too
+    else:
+        path.unlink()
     tuning.forget()
     console.print(escape(f"removed {path}"), soft_wrap=True)
 

@@ -60,6 +60,7 @@ class FastKernel:
     to the CUDA context it was loaded in, so each device loads (or compiles) its own."""
 
     def __init__(self, fn, meta: dict, num_warps: int, num_stages: int):
+        _adapter.triton_cache_ready()       # before any compile of it (also one inside a graph capture)
         self.fn = fn
         self.meta = dict(meta)
         self.num_warps, self.num_stages = num_warps, num_stages

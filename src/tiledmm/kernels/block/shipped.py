@@ -24,6 +24,8 @@ import os
 import re
 from pathlib import Path
 
+from ..._cachefile import need, read_json, write_atomic
+
 TABLES = Path(__file__).with_name("tables")
 FORMAT = 1
 MAX_STEP = 1          # the farthest a neighbour class may be, in log2 buckets, along each of M, N, K
@@ -45,18 +47,49 @@ def split_key(key: tuple) -> tuple[str, tuple]:
     return "|".join(str(x) for i, x in enumerate(key[:-1]) if i != 10), tuple(key[10])
 
 
+def _int(x) -> bool:
+    return type(x) is int
+
+
+def _number(x) -> bool:
+    return x is None or type(x) in (int, float)
+
+
+def _entry_form(i: int, e) -> None:
+    """Entry ``i`` of a table is of the form ``entry`` writes (what the lookup reads of it), else Damaged."""
+    need(isinstance(e, dict), f"entry {i} is not an object")
+    need(isinstance(e.get("layout"), str) and isinstance(e.get("variant"), str), f"entry {i}: layout or variant")
+    need(isinstance(e.get("class"), list) and len(e["class"]) == 3 and all(map(_int, e["class"])),
+         f"entry {i}: class is not 3 integers")
+    cfg = e.get("config")
+    need(isinstance(cfg, dict) and all(type(v) in (int, bool) for v in cfg.values()),
+         f"entry {i}: config is not an object of integers")
+    need(_number(e.get("timed_ms")) and _number(e.get("model_ms")) and isinstance(e.get("rotated", False), bool),
+         f"entry {i}: times or rotated")
+
+
+def _table(doc) -> dict:
+    """A table's document as ``write`` leaves it (format FORMAT), else Damaged."""
+    need(isinstance(doc, dict), "not a JSON object")
+    need(doc.get("format") == FORMAT, f"format {doc.get('format')!r}, not {FORMAT} (another version's table)")
+    need(isinstance(doc.get("gpu"), str) and (doc.get("sms") is None or _int(doc.get("sms"))), "gpu or sms")
+    need(isinstance(doc.get("entries"), list), "no list of entries")
+    for i, e in enumerate(doc["entries"]):
+        _entry_form(i, e)
+    return doc
+
+
 @functools.lru_cache(maxsize=None)
 def _load(path: str) -> dict | None:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+    """The table at ``path`` indexed by layout; None where there is none or it cannot be used (one
+    warning: ``_cachefile``)."""
+    doc = read_json(path, "GPU table", _table, then="ignored (the model picks)", rewritten=False)
+    if doc is None:
         return None
     index: dict[str, list] = {}
-    for e in doc.get("entries", []):
+    for e in doc["entries"]:
         index.setdefault(e["layout"], []).append(e)
-    return {"gpu": doc.get("gpu"), "sms": doc.get("sms"), "index": index}
+    return {"gpu": doc["gpu"], "sms": doc.get("sms"), "index": index}
 
 
 def table_for(gpu_name: str, sms: int, folder: Path | None = None) -> dict | None:
@@ -101,19 +134,15 @@ def entry(layout: str, cls: tuple, variant: str, config: dict, timed_ms: float |
 def write(path: Path, gpu_name: str, sms: int, entries: list[dict], about: dict) -> int:
     """Merge ``entries`` into the table at ``path`` (an entry replaces one of the same layout and
     class); returns the number of entries written."""
-    try:
-        doc = json.loads(path.read_text())
-        if doc.get("format") != FORMAT or doc.get("gpu") != gpu_name:
-            doc = None
-    except (OSError, ValueError):
-        doc = None
+    doc = read_json(path, "GPU table", _table, then="replaced by a new table", rewritten=False)
+    if doc is not None and doc["gpu"] != gpu_name:
+        doc = None          # another GPU's table: replaced
     doc = doc or {"format": FORMAT, "gpu": gpu_name, "sms": sms, "entries": []}
     doc["about"] = about
     keep = {(e["layout"], tuple(e["class"])): e for e in doc["entries"]}
     for e in entries:
         keep[(e["layout"], tuple(e["class"]))] = e
     doc["entries"] = sorted(keep.values(), key=lambda e: (e["layout"], e["class"]))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
+    write_atomic(path, json.dumps(doc, indent=0, sort_keys=True) + "\n")
     _load.cache_clear()
     return len(doc["entries"])
