@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ._vcommon import cfg as _cfg
-from ._vcommon import kind_of  # noqa: F401  (the one kind_of, still read here by scripts/fuzz.py, sanitize_block.py)
+from ._vcommon import kind_of  # noqa: F401  (the one kind_of, still read here by scripts/fuzz.py, benchmarks/sanitize_block.py)
 from . import heuristics as H
 from .heuristics import fits
 

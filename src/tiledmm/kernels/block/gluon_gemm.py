@@ -59,7 +59,7 @@ layout) goes through Gluon's launcher (``kernel[grid](...)``: ~100-150 us, it co
 use) and remembers the CompiledKernel; later calls call its C launch directly
 (``_adapter.tensordesc_launch``) with the descriptors' tensor maps kept per (pointer, shape,
 strides) in a bounded cache: 12-24 us of host time a call on the H100 (torch.matmul: 13-21 us;
-benchmarks/call_cost.py). M, N and K are not specialised, so one compiled kernel serves
+docs/history.md). M, N and K are not specialised, so one compiled kernel serves
 every size. Where the adapter declines (another Triton, a failed self-test), every call takes
 Gluon's launcher (one warning).
 """

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Every Triton (block) variant, forced, checked against float64: the body that
-``scripts/sanitize.sh`` runs under compute-sanitizer (memcheck, racecheck, synccheck).
+``benchmarks/sanitize.sh`` runs under compute-sanitizer (memcheck, racecheck, synccheck).
 
-    compute-sanitizer --tool memcheck python3 scripts/sanitize_block.py            # masked, aligned, batched, ...
-    compute-sanitizer --tool racecheck python3 scripts/sanitize_block.py --small    # the smallest shapes
+    compute-sanitizer --tool memcheck python3 benchmarks/sanitize_block.py            # masked, aligned, batched, ...
+    compute-sanitizer --tool racecheck python3 benchmarks/sanitize_block.py --small    # the smallest shapes
 
 Each run is ``tiledmm.matmul(a, b, kernel="triton", variant=V, precision=P, out=c, alpha=, beta=,
 config=)`` on torch CUDA tensors, for every variant in ``kernels.block.matmul.VARIANTS``, float32

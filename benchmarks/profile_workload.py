@@ -1,4 +1,4 @@
-"""Where the time of a workload goes (diagnostics for issues 22 and 23; GPU only).
+"""Where the time of a workload goes: the first call, a GPT-2 training step, a fused Linear (GPU only).
 
   first   the first call of a never-seen shape class in a fresh process (empty tiledmm cache,
           Triton's cache warmed by an earlier process): cProfile's top functions by cumulative time
@@ -8,7 +8,7 @@
   linear  tiledmm.nn.functional.linear(x, W, b, "gelu") forward and forward + backward under
           torch.profiler: which kernels ran and how long
 
-  python3 scripts/profile_workload.py --parts first,gpt2,linear --out $OUT
+  PYTHONPATH=src python3 benchmarks/profile_workload.py --parts first,gpt2,linear --out $OUT
 
 Prints short tables; --out keeps the profilers' full tables (text).
 """
@@ -175,7 +175,8 @@ def main(argv=None) -> int:
             rows += {"first": part_first, "gpt2": part_gpt2, "linear": part_linear}[part](args, out)
         except Exception as e:   # noqa: BLE001  a diagnostic: report and go on to the next part
             rows.append(f"{part}: failed: {type(e).__name__}: {str(e)[:300]}")
-    print("\n".join(["", "== summary"] + rows))
+    from _common import environment, header
+    print("\n".join(["", header(environment()), "== summary"] + rows))
     return 0
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # compute-sanitizer memcheck / racecheck / synccheck.
 #
-#   scripts/sanitize.sh [simt|block|tests|all]      (default: all)
+#   benchmarks/sanitize.sh [simt|block|tests|all]      (default: all)
 #
 # simt:  every SIMT kernel, at each of its tiles among 16, 32, 64, 128 (rung 10: every candidate
 #        shape), on a rectangular non-multiple size (131x77x203).
 # block: every Triton variant forced through tiledmm.matmul(..., kernel="triton", variant=V)
-#        (scripts/sanitize_block.py): float32 ieee/tf32, bfloat16, float16 on masked, aligned
+#        (benchmarks/sanitize_block.py): float32 ieee/tf32, bfloat16, float16 on masked, aligned
 #        (TMA), transposed, split-K, batched and alpha/beta cases, each checked against float64;
 #        memcheck on the full set (plus each variant's largest-tile config on the masked shapes),
 #        racecheck and synccheck on the smallest shapes. Variants that cannot run a call are
@@ -25,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
-if ls .whl/*.whl >/dev/null 2>&1; then   # the device image's numpy 2.5 breaks numba-cuda: carry numpy 2.4 (as device_check.sh)
+if ls .whl/*.whl >/dev/null 2>&1; then   # the device image's numpy 2.5 breaks numba-cuda: carry numpy 2.4 (as gpu.sh)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -57,7 +57,7 @@ run_block() {
   echo "== block $tool $*"
   local t0=$SECONDS
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool $tool --report-api-errors no --print-limit 10 \
-    python3 scripts/sanitize_block.py "$@" 2>&1 | tee "$LOG/block-$tool.log" \
+    python3 benchmarks/sanitize_block.py "$@" 2>&1 | tee "$LOG/block-$tool.log" \
     | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^checked .* FAIL|rror|ABORT|block total|^variant|^(blocked|tma|splitk|simt|batched|gluon)"
   echo "seconds $((SECONDS - t0))" >> "$LOG/block-$tool.log"
 }

@@ -1,4 +1,4 @@
-"""Issue 23's GPU targets: tiledmm as a PyTorch operator (H100; benchmarks, not tests).
+"""The PyTorch operator: tiledmm inside a model, against torch eager (a GPU; benchmarks, not tests).
 
   linear   tiledmm.nn.functional.linear(x, W, b, "gelu") vs torch eager F.gelu(F.linear(x, W, b)),
            x M x IN, W OUT x IN, bf16: forward (target >= 1.15x) and forward + backward (>= 1.05x)
@@ -9,12 +9,13 @@
   compile  an MLP of tiledmm.nn.Linear(gelu) layers under torch.compile(fullgraph=True) (a graph
            break raises) vs the same of torch.nn.Linear + F.gelu compiled: step time, same results
 
-Every time is tiledmm.timing.time_calls (CUDA events around queued calls, median of batches).
-Results are checked before they are timed. A short table is printed last; --out DIR writes JSON.
+Every time is tiledmm.timing.time_calls (CUDA events around queued calls, median of batches; through
+benchmarks/_common.py). Results are checked before they are timed. A short table is printed last; --out DIR
+writes torch_op.json.
 
-  python3 scripts/bench_torch_op.py --quick                 # small sizes first
-  python3 scripts/bench_torch_op.py --out $OUT              # the issue's sizes
-  python3 scripts/bench_torch_op.py --only linear --m 8192 --in-features 4096 --out-features 16384
+  PYTHONPATH=src python3 benchmarks/torch_op.py --quick                 # small sizes first
+  PYTHONPATH=src python3 benchmarks/torch_op.py --out $OUT              # the targets' sizes
+  PYTHONPATH=src python3 benchmarks/torch_op.py --only linear --m 8192 --in-features 4096 --out-features 16384
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import copy
 import json
 import os
 import sys
+
+from _common import environment, header, log, table, time_calls, write_json
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -42,19 +45,15 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=200, help="gpt2: training steps for the loss comparison")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--weights", choices=("bf16", "fp32-autocast"), default="bf16",
-                   help="gpt2: bf16 weights (the issue's setting), or float32 master weights under "
+                   help="gpt2: bf16 weights (the target's setting), or float32 master weights under "
                         "torch.autocast(bfloat16) (mixed precision: the GEMMs still run in bf16)")
     p.add_argument("--mlp-layers", type=int, default=4, help="compile: tiledmm.nn.Linear layers")
-    p.add_argument("--out", default=None, help="folder for bench_torch_op.json")
+    p.add_argument("--out", default=None, help="folder for torch_op.json")
     a = p.parse_args(argv)
     if a.quick:
         a.m, a.in_features, a.out_features = 1024, 512, 2048
         a.layers, a.d_model, a.heads, a.seq, a.batch, a.vocab, a.steps = 2, 256, 4, 128, 4, 1000, 20
     return a
-
-
-def log(*x):
-    print(*x, flush=True)
 
 
 def bench_linear(a, torch, tiledmm, time_calls) -> dict:
@@ -202,37 +201,38 @@ def main(argv=None) -> int:
     a = parse(argv)
     import torch
     import tiledmm
-    from tiledmm.timing import time_calls
     if tiledmm.emulating() or not torch.cuda.is_available():
-        log("bench_torch_op: needs a CUDA GPU (arguments parsed: " + json.dumps(vars(a)) + ")")
+        log("torch_op: needs a CUDA GPU (arguments parsed: " + json.dumps(vars(a)) + ")")
         return 2
-    log(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
+    env = environment()
+    log(header(env))
     results = {}
     for name, fn in (("linear", bench_linear), ("gpt2", bench_gpt2), ("compile", bench_compile)):
         if a.only in ("all", name):
             results[name] = fn(a, torch, tiledmm, time_calls)
     if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "bench_torch_op.json"), "w") as f:
-            json.dump(results, f, indent=1)
-    log("\nwhat                      torch ms   tiledmm ms   speedup   target")
+        log(f"wrote {write_json(os.path.join(a.out, 'torch_op.json'), dict(results, environment=env))}")
+    rows = []
     if "linear" in results:
         r = results["linear"]
-        log(f"linear gelu fwd          {r['fwd_ms']['torch']:9.3f}  {r['fwd_ms']['tiledmm']:11.3f}  "
-            f"{r['fwd_speedup']:7.2f}x   >= 1.15x")
-        log(f"linear gelu fwd+bwd      {r['fwd_bwd_ms']['torch']:9.3f}  {r['fwd_bwd_ms']['tiledmm']:11.3f}  "
-            f"{r['fwd_bwd_speedup']:7.2f}x   >= 1.05x")
+        rows.append(("linear gelu fwd", r["fwd_ms"]["torch"], r["fwd_ms"]["tiledmm"], r["fwd_speedup"], ">= 1.15x"))
+        rows.append(("linear gelu fwd+bwd", r["fwd_bwd_ms"]["torch"], r["fwd_bwd_ms"]["tiledmm"], r["fwd_bwd_speedup"],
+                     ">= 1.05x"))
     if "gpt2" in results:
         r = results["gpt2"]
-        log(f"gpt2 ({r['weights']}) train step {r['step_ms']['torch']:7.3f}  {r['step_ms']['tiledmm']:11.3f}  "
-            f"{r['step_speedup']:7.2f}x   >= 1.00x")
-        log(f"gpt2 loss ({a.steps} steps)     {r['loss']['torch']:9.4f}  {r['loss']['tiledmm']:11.4f}  "
-            f"{100 * r['loss']['rel_diff']:6.2f}%   <= 1 %  (control, torch perturbed: "
-            f"{100 * r['loss']['control_rel_diff']:.2f}%)")
+        rows.append((f"gpt2 ({r['weights']}) train step", r["step_ms"]["torch"], r["step_ms"]["tiledmm"],
+                     r["step_speedup"], ">= 1.00x"))
     if "compile" in results:
         r = results["compile"]
-        log(f"compiled MLP step        {r['step_ms']['torch.compile']:9.3f}  "
-            f"{r['step_ms']['tiledmm+compile']:11.3f}  {r['speedup']:7.2f}x   (recorded)")
+        rows.append(("compiled MLP step", r["step_ms"]["torch.compile"], r["step_ms"]["tiledmm+compile"], r["speedup"],
+                     "(recorded)"))
+    print(table("\n" + header(env) + "\nms per call (step); speed-up = torch / tiledmm",
+                [("what", ""), ("torch ms", ".3f"), ("tiledmm ms", ".3f"), ("speed-up", ".2f"), ("target", "")], rows))
+    if "gpt2" in results:
+        r = results["gpt2"]
+        print(f"gpt2 loss after {a.steps} steps: torch {r['loss']['torch']:.4f}, tiledmm {r['loss']['tiledmm']:.4f} "
+              f"({100 * r['loss']['rel_diff']:.2f} %, target <= 1 %; control, torch perturbed: "
+              f"{100 * r['loss']['control_rel_diff']:.2f} %)")
     return 0
 
 

@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Issue 22's targets, measured through ``tiledmm.matmul`` as a user calls it, against
-``torch.matmul`` in the same process, with ``tiledmm.timing``:
+"""Dispatch and first call: what choosing and binding a kernel costs a user, through ``tiledmm.matmul`` as a
+user calls it, against ``torch.matmul`` in the same process (benchmarks/_common.py: checked against float64,
+then timed with ``tiledmm.timing``):
 
-    PYTHONPATH=src python3 scripts/bench_dispatch.py --out bench_dispatch.json
-        [--parts first,loop,percall,picks] [--suites square,irregular,transformer,llm]
-        [--dtypes bf16,fp32] [--quick] [--emulate]
+    PYTHONPATH=src python3 benchmarks/dispatch.py --out dispatch.json
+        [--parts first,loop,picks] [--suites square,irregular,transformer,llm]
+        [--dtypes bf16,fp32] [--quick] [--emulate] [--bytecode] [--budget-s S]
 
 Every measurement runs in a fresh child process (this script, ``--child PART``) with default
 settings (TILEDMM_TUNE unset) and an empty tiledmm cache (TILEDMM_CACHE_DIR, a new temporary
 folder per process); every product is checked against float64 (relative Frobenius error under
-the harness's bound) before or after it is timed.
+the harness's bound) before or after it is timed. The steady state's cost per call is
+benchmarks/call_cost.py's.
 
 * first:   the first call of a never-seen shape class (1536^3) in a fresh process, twice per
            dtype with the same TRITON_CACHE_DIR (empty before the first): "triton-cold" then
@@ -18,8 +20,6 @@ the harness's bound) before or after it is timed.
 * loop:    600 calls ``x @ W`` (W 4096 x 4096, M drawn from 1..2048 with --seed), a first and a
            second pass, wall time with torch.cuda.synchronize at the end, tiledmm and torch.matmul;
            twice per dtype like "first" (Triton's cache cold, then warm).
-* percall: steady state at 64^3, 256^3, 1024^3: host wall time per call of 200 queued calls
-           (timing.wall_us_per_call) and GPU time per call (timing.time_calls, 4 input sets).
 * picks:   every shape of --suites (bench.SUITES) in one child with default settings and one with
            TILEDMM_TUNE=on (every choice timed): timing.time_calls of the default pick and of the
            timed pick (inputs rotated, harness.rotation_for); ratio = timed ms / default ms (1.0:
@@ -30,7 +30,7 @@ the harness's bound) before or after it is timed.
 float32 is precision "ieee" (TF32 off for torch too). --quick: every other shape of each suite
 and 3 timed batches instead of 5 (to fit one part into a 10-minute device call: run --parts and
 --suites in pieces). --emulate: toy sizes in emulation (no GPU; numbers say nothing about speed),
-for the CPU test. --budget-s: the whole run's time; a child gets what is left and later ones are
+a smoke run on any machine. --budget-s: the whole run's time; a child gets what is left and later ones are
 skipped. A short table is printed last; JSON (environment, rows, summary) goes to --out, rewritten
 after each child process so a run cut short keeps what finished.
 """
@@ -38,27 +38,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-PARTS = ("first", "loop", "percall", "picks")
+from _common import Budget, check, child, compile_bytecode, emit, environment, geomean, header, table, write_json
+
+PARTS = ("first", "loop", "picks")
 DTYPES = {"bf16": "bfloat16", "fp32": "float32"}
 PICK_SUITES = ("square", "irregular", "transformer", "llm")
-GPU_SIZES = dict(first=1536, other_m=1536 - 17, new_class=(775, 3077, 1536), loop_k=4096, loop_max_m=2048, loop_calls=600,
-                 percall=(64, 256, 1024), wall_n=200)
-EMU_SIZES = dict(first=24, other_m=24 - 5, new_class=(9, 40, 24), loop_k=32, loop_max_m=16, loop_calls=12, percall=(8, 16), wall_n=4)
+GPU_SIZES = dict(first=1536, other_m=1536 - 17, new_class=(775, 3077, 1536), loop_k=4096, loop_max_m=2048, loop_calls=600)
+EMU_SIZES = dict(first=24, other_m=24 - 5, new_class=(9, 40, 24), loop_k=32, loop_max_m=16, loop_calls=12)
 
 
 # ---------------------------------------------------------------- child side (a fresh process)
-
-def _emit(tag: str, obj) -> None:
-    print(tag, json.dumps(obj), flush=True)
-
 
 def _setup(dtype: str):
     """Import torch and tiledmm; return (torch, tiledmm, torch dtype, device, sizes)."""
@@ -74,35 +69,11 @@ def _sync(torch, device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _check(torch, got, a, b, dtype: str) -> float:
-    """Relative error of got against float64 a @ b; raises over the harness's bound."""
-    from tiledmm.harness import tolerance
-    ref = a.double() @ b.double()
-    err = float((got.double() - ref).norm() / (ref.norm() or 1.0))
-    if not err <= tolerance(dtype):
-        raise AssertionError(f"{tuple(a.shape)} @ {tuple(b.shape)} {dtype}: rel error {err:.2e} "
-                             f"over {tolerance(dtype):.0e}")
-    return err
-
-
-def _environment(torch, tiledmm) -> dict:
-    import platform
-    env = {"python": platform.python_version(), "torch": torch.__version__, "tiledmm": tiledmm.__version__,
-           "emulated": tiledmm.emulating()}
-    for mod in ("triton", "numba_cuda"):
-        try:
-            env[mod] = __import__(mod).__version__
-        except Exception:   # noqa: BLE001  (absent or versionless: not part of the numbers)
-            env[mod] = None
-    env["device"] = "cpu (emulation)" if tiledmm.emulating() else torch.cuda.get_device_name()
-    return env
-
-
 def child_first(dtype: str, label: str) -> None:
     t0 = time.perf_counter()
     torch, tiledmm, dt, dev, S = _setup(dtype)
     t_import = time.perf_counter() - t0
-    _emit("ENV", _environment(torch, tiledmm))
+    emit("ENV", environment())
     n = S["first"]
     a, b = torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt)
     _sync(torch, dev)
@@ -115,17 +86,17 @@ def child_first(dtype: str, label: str) -> None:
         return time.perf_counter() - t, r
 
     first, c = timed(tiledmm.matmul, a, b)
-    err = _check(torch, c, a, b, dtype)
+    err = check(c, a, b, dtype)
     second, _ = timed(tiledmm.matmul, a, b)
     other, c2 = timed(tiledmm.matmul, a[:S["other_m"]], b)
-    _check(torch, c2, a[:S["other_m"]], b, dtype)
+    check(c2, a[:S["other_m"]], b, dtype)
     torch_first, _ = timed(torch.matmul, a, b)
     torch_second, _ = timed(torch.matmul, a, b)
     m, k, n2 = S["new_class"]          # a class never seen, in this running process (its kernel in Triton's cache
     x, y = torch.randn(m, k, device=dev, dtype=dt), torch.randn(k, n2, device=dev, dtype=dt)   # on the warm pass)
     new_class, c3 = timed(tiledmm.matmul, x, y)
-    _check(torch, c3, x, y, dtype)
-    _emit("ROW", dict(dtype=dtype, shape=[n, n, n], triton_cache=label, import_s=t_import, first_s=first,
+    check(c3, x, y, dtype)
+    emit("ROW", dict(dtype=dtype, shape=[n, n, n], triton_cache=label, import_s=t_import, first_s=first,
                       second_s=second, other_m=S["other_m"], other_m_s=other, torch_first_s=torch_first,
                       torch_second_s=torch_second, rel_err=err, new_class=[m, k, n2], new_class_s=new_class))
 
@@ -133,7 +104,7 @@ def child_first(dtype: str, label: str) -> None:
 def child_loop(dtype: str, label: str, seed: int) -> None:
     import numpy as np
     torch, tiledmm, dt, dev, S = _setup(dtype)
-    _emit("ENV", _environment(torch, tiledmm))
+    emit("ENV", environment())
     k, top, calls = S["loop_k"], S["loop_max_m"], S["loop_calls"]
     ms = [int(m) for m in np.random.default_rng(seed).integers(1, top + 1, calls)]
     x, w = torch.randn(top, k, device=dev, dtype=dt), torch.randn(k, k, device=dev, dtype=dt)
@@ -148,29 +119,10 @@ def child_loop(dtype: str, label: str, seed: int) -> None:
 
     t1, t2 = one_pass(torch.matmul), one_pass(torch.matmul)
     m1, m2 = one_pass(tiledmm.matmul), one_pass(tiledmm.matmul)
-    errs = [_check(torch, tiledmm.matmul(x[:m], w), x[:m], w, dtype) for m in sorted(set(ms))[::max(1, calls // 8)]]
-    _emit("ROW", dict(dtype=dtype, triton_cache=label, calls=calls, distinct_m=len(set(ms)), n=k, k=k, seed=seed,
+    errs = [check(tiledmm.matmul(x[:m], w), x[:m], w, dtype) for m in sorted(set(ms))[::max(1, calls // 8)]]
+    emit("ROW", dict(dtype=dtype, triton_cache=label, calls=calls, distinct_m=len(set(ms)), n=k, k=k, seed=seed,
                       torch_pass1_s=t1, torch_pass2_s=t2, tiledmm_pass1_s=m1, tiledmm_pass2_s=m2,
                       ratio_pass1=m1 / t1, ratio_pass2=m2 / t2, max_rel_err=max(errs)))
-
-
-def child_percall(dtypes: list[str]) -> None:
-    from tiledmm.timing import time_calls, wall_us_per_call
-    for dtype in dtypes:
-        torch, tiledmm, dt, dev, S = _setup(dtype)
-        _emit("ENV", _environment(torch, tiledmm))
-        for n in S["percall"]:
-            sets = [(torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt))
-                    for _ in range(4)]
-            a, b = sets[0]
-            err = _check(torch, tiledmm.matmul(a, b), a, b, dtype)
-            kw = dict(n=S["wall_n"], warmup=max(2, S["wall_n"] // 10))
-            wall_t = wall_us_per_call(lambda: torch.matmul(a, b), **kw)
-            wall_m = wall_us_per_call(lambda: tiledmm.matmul(a, b), **kw)
-            gpu_t = time_calls([lambda x=x, y=y: torch.matmul(x, y) for x, y in sets]) * 1e3
-            gpu_m = time_calls([lambda x=x, y=y: tiledmm.matmul(x, y) for x, y in sets]) * 1e3
-            _emit("ROW", dict(dtype=dtype, n=n, torch_wall_us=wall_t, tiledmm_wall_us=wall_m,
-                              wall_diff_us=wall_m - wall_t, torch_gpu_us=gpu_t, tiledmm_gpu_us=gpu_m, rel_err=err))
 
 
 def pick_shapes(suites: list[str], quick: bool, emulate: bool) -> list[tuple[str, tuple]]:
@@ -189,7 +141,7 @@ def child_picks(mode: str, dtypes: list[str], suites: list[str], quick: bool) ->
     batches = 3 if quick else 5
     for dtype in dtypes:
         torch, tiledmm, dt, dev, S = _setup(dtype)
-        _emit("ENV", _environment(torch, tiledmm))
+        emit("ENV", environment())
         for suite, shape in pick_shapes(suites, quick, tiledmm.emulating()):
             *batch, m, k, n = shape
             rot = 1 if tiledmm.emulating() else rotation_for(shape, dtype)
@@ -201,15 +153,15 @@ def child_picks(mode: str, dtypes: list[str], suites: list[str], quick: bool) ->
             _sync(torch, dev)
             pick_s = time.perf_counter() - t
             row = dict(mode=mode, suite=suite, shape=list(shape), dtype=dtype, pick_s=pick_s,
-                       rel_err=_check(torch, c, a, b, dtype))
+                       rel_err=check(c, a, b, dtype))
             del c
             row["ms"] = time_calls([lambda x=x, y=y: tiledmm.matmul(x, y) for x, y in sets], batches=batches)
             if mode == "default":
                 row["torch_ms"] = time_calls([lambda x=x, y=y: torch.matmul(x, y) for x, y in sets], batches=batches)
-            _emit("ROW", row)
+            emit("ROW", row)
             del sets, a, b
     from tiledmm import tuning
-    _emit("CHOICES", {mode: {str(k): str(v) for k, v in tuning.remembered().items()}})
+    emit("CHOICES", {mode: {str(k): str(v) for k, v in tuning.remembered().items()}})
 
 
 def parse_choice(name: str):
@@ -247,7 +199,7 @@ def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path
     batches = 3 if quick else 5
     for dtype in dtypes:
         torch, tiledmm, dt, dev, S = _setup(dtype)
-        _emit("ENV", _environment(torch, tiledmm))
+        emit("ENV", environment())
         precision = bm.check_precision(dtype, None)
         for suite, shape in pick_shapes(suites, quick, tiledmm.emulating()):
             *batch, m, k, n = shape
@@ -267,7 +219,7 @@ def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path
             row = dict(mode="replay", suite=suite, shape=list(shape), dtype=dtype, **{f"{w}_choice": v
                                                                                       for w, v in names.items()})
             if None in names.values():
-                _emit("ROW", dict(row, missing=[w for w, v in names.items() if v is None]))
+                emit("ROW", dict(row, missing=[w for w, v in names.items() if v is None]))
                 continue
             for v in names.values():
                 # a choice made for the class by another of its shapes (a class spans 2x in each of M, N, K)
@@ -276,13 +228,13 @@ def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path
                 if parsed is not None:
                     options[v] = H.Candidate(v, parsed[1], parsed[0].traits, 0, parsed[0])
             if any(v not in options for v in names.values()):
-                _emit("ROW", dict(row, missing=[w for w, v in names.items() if v not in options]))
+                emit("ROW", dict(row, missing=[w for w, v in names.items() if v not in options]))
                 continue
             fns = {w: bm._bind(options[v].variant, precision, options[v].config) for w, v in names.items()}
             outs = [torch.empty_like(c) for _ in sets]
             for w, f in fns.items():
                 f(a, b, outs[0], alpha=1.0, beta=0.0)
-                row[f"rel_err_{w}"] = _check(torch, outs[0], a, b, dtype)
+                row[f"rel_err_{w}"] = check(outs[0], a, b, dtype)
             times = {w: [] for w in fns}
             for _ in range(1 if names["default"] == names["timed"] else 3):
                 for w, f in fns.items():
@@ -290,7 +242,7 @@ def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path
                                                 for (x, y), o in zip(sets, outs)], batches=batches))
             row.update({f"{w}_ms": statistics.median(v) for w, v in times.items()})
             row["ratio"] = 1.0 if names["default"] == names["timed"] else row["timed_ms"] / row["default_ms"]
-            _emit("ROW", row)
+            emit("ROW", row)
             del sets, a, b, c, outs
 
 
@@ -300,8 +252,6 @@ def child_main(argv: list[str]) -> None:
         child_first(rest[0], rest[1])
     elif part == "loop":
         child_loop(rest[0], rest[1], int(rest[2]))
-    elif part == "percall":
-        child_percall(rest[0].split(","))
     elif part == "picks" and rest[0] == "replay":
         child_replay(rest[1].split(","), rest[2].split(","), rest[3] == "quick", rest[4])
     elif part == "picks":
@@ -314,64 +264,15 @@ def child_main(argv: list[str]) -> None:
 
 def run_child(args, part_args: list[str], *, triton_cache: str | None = None, tune: bool = False,
               table: bool = True) -> dict:
-    """One fresh process with default settings and an empty tiledmm cache; its ROW/ENV/CHOICES lines.
-    ``table`` False: the shipped table off (TILEDMM_TABLE=off: the model alone)."""
-    env = dict(os.environ, TILEDMM_CACHE_DIR=tempfile.mkdtemp(prefix="tiledmm-bench-cache-"), TILEDMM_QUIET="1")
-    env.pop("TILEDMM_TUNE", None)
-    env.pop("TILEDMM_TABLE", None)
-    if not table:
-        env["TILEDMM_TABLE"] = "off"
-    if tune:
-        env["TILEDMM_TUNE"] = "on"
-    if triton_cache:
-        env["TRITON_CACHE_DIR"] = triton_cache
-    if args.emulate:
-        env["TILEDMM_EMULATE"] = "1"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", *part_args]
-    got = {"rows": [], "env": None, "choices": {}, "error": None}
-    timeout = args.child_timeout
-    if args.budget_s is not None:
-        timeout = min(timeout, args.budget_s - (time.perf_counter() - args.started))
-        if timeout < 5:
-            got["error"] = f"not run: the --budget-s of {args.budget_s} s is spent"
-            print(f"[{' '.join(part_args)}] {got['error']}", file=sys.stderr)
-            return got
-    try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        out, err, code = r.stdout, r.stderr, r.returncode
-    except subprocess.TimeoutExpired as e:       # keep what finished
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        err, code = f"timed out after {timeout:.0f} s", -1
-    for line in out.splitlines():
-        tag, _, body = line.partition(" ")
-        if tag == "ROW":
-            got["rows"].append(json.loads(body))
-        elif tag == "ENV":
-            got["env"] = json.loads(body)
-        elif tag == "CHOICES":
-            got["choices"].update(json.loads(body))
-    if code:
-        got["error"] = (err or "")[-3000:]
-        print(f"[{' '.join(part_args)}] failed (exit {code}):\n{got['error']}", file=sys.stderr)
-    return got
-
-
-def _commit() -> str | None:
-    """The checkout's commit (with '+dirty' for local changes), to tell before from after."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (sha + ("+dirty" if dirty else "")) or None
-
-
-def geomean(xs: list[float]) -> float | None:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+    """One fresh process with default settings and an empty tiledmm cache (_common.child); its ROW, ENV and
+    CHOICES lines. ``table`` False: the shipped table off (TILEDMM_TABLE=off: the model alone)."""
+    got = child(str(Path(__file__).resolve()), part_args, timeout=args.budget.left(), tune=tune, table_on=table,
+                emulate=args.emulate, triton_cache=triton_cache)
+    choices = {}
+    for c in got.get("CHOICES", []):
+        choices.update(c)
+    return {"rows": got.get("ROW", []), "env": (got.get("ENV") or [None])[0], "choices": choices,
+            "error": got["error"]}
 
 
 def summarize_picks(rows: list[dict]) -> dict:
@@ -407,44 +308,35 @@ def summarize_picks(rows: list[dict]) -> dict:
     return out
 
 
-def table(doc: dict) -> str:
-    lines = [f"== {doc['environment'].get('device')}  torch {doc['environment'].get('torch')}  "
-             f"triton {doc['environment'].get('triton')}  tiledmm {doc['environment'].get('tiledmm')}"]
+def report(doc: dict) -> str:
+    """The tables printed last."""
+    out = [header(doc["environment"])] if doc.get("environment") else []
     if doc.get("first"):
-        lines.append("first call, fresh process, empty tiledmm cache (s): first / second / another M / torch first"
-                     " / a new class in the running process")
-        for r in doc["first"]:
-            lines.append(f"  {r['dtype']:9} {r['triton_cache']:12} {r['first_s']:8.3f} {r['second_s']:8.4f} "
-                         f"{r['other_m_s']:8.4f} {r['torch_first_s']:8.3f} {r.get('new_class_s', float('nan')):8.4f}"
-                         f"   (import {r['import_s']:.2f})")
+        out.append(table("first call, fresh process, empty tiledmm cache (s)",
+                         [("dtype", ""), ("Triton cache", ""), ("first", ".3f"), ("second", ".4f"), ("another M", ".4f"),
+                          ("torch first", ".3f"), ("new class", ".4f"), ("import", ".2f")],
+                         [(r["dtype"], r["triton_cache"], r["first_s"], r["second_s"], r["other_m_s"], r["torch_first_s"],
+                           r.get("new_class_s"), r["import_s"]) for r in doc["first"]]))
     if doc.get("loop"):
-        lines.append("random-M loop x @ W (s): tiledmm pass 1 / pass 2 vs torch pass 1 / pass 2 (ratio)")
-        for r in doc["loop"]:
-            lines.append(f"  {r['dtype']:9} {r['triton_cache']:12} {r['tiledmm_pass1_s']:8.3f} "
-                         f"{r['tiledmm_pass2_s']:8.4f}"
-                         f"  vs {r['torch_pass1_s']:8.3f} {r['torch_pass2_s']:8.4f}"
-                         f"  ({r['ratio_pass1']:.2f}x, {r['ratio_pass2']:.2f}x)")
-    if doc.get("percall"):
-        lines.append("per call, steady state (us): wall torch / tiledmm (diff); GPU torch / tiledmm")
-        for r in doc["percall"]:
-            lines.append(f"  {r['dtype']:9} {r['n']:5}^3 {r['torch_wall_us']:8.1f} {r['tiledmm_wall_us']:8.1f} "
-                         f"({r['wall_diff_us']:+6.1f})  {r['torch_gpu_us']:8.1f} {r['tiledmm_gpu_us']:8.1f}")
+        out.append(table("random-M loop x @ W (s): pass 1 and pass 2, tiledmm and torch; x torch",
+                         [("dtype", ""), ("Triton cache", ""), ("tiledmm 1", ".3f"), ("tiledmm 2", ".4f"),
+                          ("torch 1", ".3f"), ("torch 2", ".4f"), ("x torch 1", ".2f"), ("x torch 2", ".2f")],
+                         [(r["dtype"], r["triton_cache"], r["tiledmm_pass1_s"], r["tiledmm_pass2_s"], r["torch_pass1_s"],
+                           r["torch_pass2_s"], r["ratio_pass1"], r["ratio_pass2"]) for r in doc["loop"]]))
     for dtype, s in (doc.get("summary", {}).get("picks") or {}).items():
-        g, gt = s["geomean_timed_over_default"], s["geomean_torch_over_default"]
-        gm = s.get("geomean_timed_over_model")
-        lines.append(f"picks {dtype}: timed/default geomean {g:.3f} over {s['n']} shapes" +
-                     (f" (the model alone, table off: {gm:.3f})" if gm else "") if g else f"picks {dtype}: -")
-        lines.append("  per suite: " + ", ".join(f"{k} {v:.3f}" for k, v in s["per_suite"].items() if v)
-                     + (f"; default vs torch geomean {gt:.3f}" if gt else ""))
-        lines.append("  below 0.90: " + (", ".join(f"{b['suite']} {'x'.join(map(str, b['shape']))} {b['ratio']:.2f}"
-                                                   for b in s["below_0.90"]) or "none"))
         rp = s.get("replay") or {}
-        if rp.get("geomean_timed_over_default"):
-            lines.append(f"  in one process, choices timed in turn: timed/default geomean "
-                         f"{rp['geomean_timed_over_default']:.3f} over {rp['n']} shapes ({rp['same_choice']} the same "
-                         "choice); below 0.90: " + (", ".join(f"{b['suite']} {'x'.join(map(str, b['shape']))} "
-                                                             f"{b['ratio']:.2f}" for b in rp["below_0.90"]) or "none"))
-    return "\n".join(lines)
+        below = ", ".join(f"{b['suite']} {'x'.join(map(str, b['shape']))} {b['ratio']:.2f}"
+                          for b in rp.get("below_0.90") or s["below_0.90"]) or "none"
+        out.append(table(f"picks {dtype}: timed ms / default ms, geomean (1.0: the default as fast as timing)",
+                         [("measured", ""), ("shapes", "d"), ("timed/default", ".3f"), ("timed/model", ".3f"),
+                          ("torch/default", ".3f")],
+                         [("separate children", s["n"], s["geomean_timed_over_default"],
+                           s.get("geomean_timed_over_model"), s["geomean_torch_over_default"]),
+                          (f"one process ({rp.get('same_choice')} same)", rp.get("n"),
+                           rp.get("geomean_timed_over_default"), None, None)]))
+        out.append("  per suite: " + ", ".join(f"{k} {v:.3f}" for k, v in s["per_suite"].items() if v))
+        out.append(f"  below 0.90: {below}")
+    return "\n\n".join(out)
 
 
 def parse_args(argv=None):
@@ -456,12 +348,12 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true", help="'picks' on every other shape, 3 timed batches")
     ap.add_argument("--emulate", action="store_true", help="toy sizes in emulation (no GPU; not speed)")
     ap.add_argument("--seed", type=int, default=0, help="the loop's M sequence")
-    ap.add_argument("--child-timeout", type=int, default=560, help="seconds per child process")
+    ap.add_argument("--child-timeout", type=float, default=560.0, help="seconds per child process")
     ap.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run: a child gets at most "
                     "what is left (what it printed is kept), later ones are skipped (for 10-minute device calls)")
     ap.add_argument("--bytecode", action="store_true", help="compile tiledmm's and Triton's modules to bytecode "
                     "first (what pip does at install; a checkout or PYTHONDONTWRITEBYTECODE may leave it undone)")
-    ap.add_argument("--out", type=Path, default=Path("bench_dispatch.json"))
+    ap.add_argument("--out", type=Path, default=Path("dispatch.json"))
     args = ap.parse_args(argv)
     from tiledmm.bench import SUITES
     for name, have, allowed in (("part", args.parts, PARTS), ("suite", args.suites, SUITES),
@@ -472,31 +364,37 @@ def parse_args(argv=None):
     return args
 
 
+def _self_check() -> None:
+    """parse_choice reads back what the dispatcher writes (the replay binds recorded choices by name)."""
+    from tiledmm.kernels.block import matmul as bm
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "EPI_SPLIT": 2, "WS": False, "num_stages": 3}
+    variant, got = parse_choice(bm.candidate_name("gluon-ws", cfg))
+    assert variant.name == "gluon-ws" and got == cfg and type(got["WS"]) is bool, (variant, got)
+    assert parse_choice("no-such-variant:BLOCK_M=64") is None and parse_choice("blocked:BLOCK_M=x") is None
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    args.started = time.perf_counter()
+    args.budget = Budget(args.budget_s, args.child_timeout)
     dtypes = [DTYPES[d] for d in args.dtypes.split(",")]
-    doc = {"environment": {}, "args": {k: str(v) for k, v in vars(args).items() if k != "started"}}
+    doc = {"environment": {}, "args": {k: str(v) for k, v in vars(args).items() if k != "budget"}}
     failed = False
+    if "picks" in args.parts.split(","):
+        _self_check()
 
     def keep(part: str, got: dict) -> None:
         nonlocal failed
         doc.setdefault(part, []).extend(got["rows"])
         if not doc["environment"] and got["env"]:
-            doc["environment"] = dict(got["env"], commit=_commit())
+            doc["environment"] = got["env"]
         doc.setdefault("choices", {}).update(got["choices"])
         if got["error"]:
             failed = True
             doc.setdefault("errors", []).append({"part": part, "error": got["error"]})
-        args.out.write_text(json.dumps(doc, indent=1))       # after every child: a cut run keeps the rest
+        write_json(args.out, doc)       # after every child: a cut run keeps the rest
 
     if args.bytecode:
-        import compileall
-        import importlib.util
-        for pkg in ("tiledmm", "triton"):
-            spec = importlib.util.find_spec(pkg)
-            if spec and spec.submodule_search_locations:
-                compileall.compile_dir(list(spec.submodule_search_locations)[0], quiet=1, workers=0)
+        compile_bytecode()
     passes = ("emulated",) if args.emulate else ("triton-cold", "triton-warm")
     for part in args.parts.split(","):
         if part in ("first", "loop"):
@@ -505,8 +403,6 @@ def main(argv=None) -> int:
                 for label in passes:
                     extra = [str(args.seed)] if part == "loop" else []
                     keep(part, run_child(args, [part, dtype, label, *extra], triton_cache=triton_cache))
-        elif part == "percall":
-            keep(part, run_child(args, ["percall", ",".join(dtypes)]))
         elif part == "picks":
             size = "quick" if args.quick else "full"
             for mode in ("default", "timed"):
@@ -518,8 +414,8 @@ def main(argv=None) -> int:
             os.unlink(f.name)
             keep(part, run_child(args, ["picks", "model", ",".join(dtypes), args.suites, size], table=False))
             doc.setdefault("summary", {})["picks"] = summarize_picks(doc.get("picks", []))
-            args.out.write_text(json.dumps(doc, indent=1))
-    print(table(doc))
+            write_json(args.out, doc)
+    print(report(doc))
     print(f"wrote {args.out}")
     return 1 if failed else 0
 

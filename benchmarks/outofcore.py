@@ -1,4 +1,4 @@
-"""Out-of-core GEMM on one GPU (issue 13): host operands larger than the GPU.
+"""Out of core on one GPU: host operands larger than the GPU, through tiledmm.matmul's out-of-core runner.
 
   float32  N x N @ N x N from numpy (default N = 90000: 97 GB of A, B, C) vs the in-core
            SGEMM rate (cuBLAS, TF32 off) measured in the same run   -> target >= 0.85x
@@ -10,10 +10,10 @@ columns against float64), then timed with tiledmm.timing.time_calls (1 warm-up r
 also compiles the block shapes' kernels, and tunes them under TILEDMM_TUNE=on). Prints the plan and where the time went (per-stream
 busy/idle from CUDA events). `--quick` runs small sizes with forced budgets first.
 
-  python3 scripts/bench_outofcore.py --quick --out $OUT
-  python3 scripts/bench_outofcore.py --gemm both --out $OUT
+  PYTHONPATH=src python3 benchmarks/outofcore.py --quick --out $OUT
+  PYTHONPATH=src python3 benchmarks/outofcore.py --gemm both --out $OUT
 
-`--first-call` (issue 22's out-of-core target: first call <= 1.3x a repeated call) measures
+`--first-call` (the target: a first call within 1.3x a repeated call) measures
 instead, each case in a fresh process with the default settings (TILEDMM_TUNE unset, an empty
 tiledmm cache): tiledmm.matmul on numpy N x N float32 (default 16384) with a 2 GiB budget (out
 of core) and without one (in core), the first call and then repeats, with the out-of-core
@@ -25,12 +25,14 @@ CUDA context is made before the first call (and its time reported apart): a prog
 tiledmm on the GPU has one already. Triton's kernel cache is left as it is (the first case warms
 it), or a fresh empty one per case with --cold-triton.
 
-  python3 scripts/bench_outofcore.py --first-call --out $OUT
+  PYTHONPATH=src python3 benchmarks/outofcore.py --first-call --out $OUT
+
+Needs a GPU and, for the full sizes, host memory for A, B and C (97 GB at N = 90000). The environment
+(benchmarks/_common.py: device, versions, commit, date) heads the JSON written to --out.
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import os
@@ -43,15 +45,12 @@ import numpy as np
 import torch
 
 import tiledmm
+from _common import environment, log, table
 from tiledmm.outofcore import (check_sampled, fill_random, matmul_out_of_core, plan_out_of_core, tiledmm_gemm,
                                torch_gemm, warm_out_of_core)
 from tiledmm.timing import time_calls
 
 GiB = 1 << 30
-
-
-def log(*a):
-    print(*a, flush=True)
 
 
 def mem_available() -> int:
@@ -256,6 +255,11 @@ def first_call(args) -> list:
             log(f"  runner phases, call {i + 1}: " + ", ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}"
                                                                for k, v in ph.items()))
         results.append(r)
+    ok = [r for r in results if r.get("ok")]
+    log("\n" + table(f"first call vs repeat, {args.first_call_n}^3 float32 from numpy, fresh process (s)",
+                      [("case", ""), ("first", ".3f"), ("repeat", ".3f"), ("x repeat", ".2f"), ("target", ""),
+                       ("rel err", ".1e")],
+                      [(r["case"], r["first_s"], r["repeat_s"], r["ratio"], "<= 1.3", r["rel_err"]) for r in ok]))
     return results
 
 
@@ -299,20 +303,13 @@ def main():
     gemms = ["tiledmm", "torch"] if args.gemm == "both" else args.gemm.split(",")
     if not gemms or set(gemms) - {"tiledmm", "torch"}:
         sys.exit(f"--gemm: tiledmm, torch, both or a comma list of them; got {args.gemm!r}")
-    p = torch.cuda.get_device_properties(0)
-    env = {"date": datetime.date.today().isoformat(), "device": p.name, "torch": torch.__version__,
-           "numpy": np.__version__, "cuda": torch.version.cuda, "host_mem_available_gb": mem_available() / 1e9,
-           "cpus": os.cpu_count(), "gpu_free_gb": torch.cuda.mem_get_info()[0] / 1e9}
-    try:
-        import triton
-        env["triton"] = triton.__version__
-    except ImportError:
-        pass
+    env = dict(environment(), numpy=np.__version__, host_mem_available_gb=mem_available() / 1e9,
+               cpus=os.cpu_count(), gpu_free_gb=torch.cuda.mem_get_info()[0] / 1e9)
     log(json.dumps(env))
     if args.first_call:
         results = first_call(args)
         os.makedirs(args.out, exist_ok=True)
-        with open(os.path.join(args.out, "bench_outofcore_first_call.json"), "w") as f:
+        with open(os.path.join(args.out, "outofcore_first_call.json"), "w") as f:
             json.dump({"environment": env, "results": results}, f, indent=1)
         sys.exit(0 if all(r["ok"] for r in results) else 1)
     results = []
@@ -412,7 +409,7 @@ def main():
             f"{w['copy_out_busy_ms']:.0f}, {w['compute_idle_ms']:.0f}  [{r['stats']['plan']['bm']}x{r['stats']['plan']['bn']}"
             f"x{r['stats']['plan']['bk']}]")
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "bench_outofcore.json"), "w") as f:
+    with open(os.path.join(args.out, "outofcore.json"), "w") as f:
         json.dump({"environment": env, "results": results}, f, indent=1, default=str)
     sys.exit(0 if all(r["ok"] for r in results) else 1)
 

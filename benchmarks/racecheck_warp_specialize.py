@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Does compute-sanitizer's racecheck report a hazard in *any* Gluon ``warp_specialize`` kernel?
 
-The gluon-ws kernel's one racecheck report (scripts/sanitize.sh block) is a read and a write at
+The gluon-ws kernel's one racecheck report (benchmarks/sanitize.sh block) is a read and a write at
 the kernel's own ``def`` line: code with no source line of ours, i.e. what Triton generates around
 ``gl.warp_specialize`` (the worker warps' switch loop reads a state word and the partitions'
 captures from shared memory, the default warps write them; they meet at ``barrier.sync 1``). This
@@ -9,7 +9,7 @@ script builds the smallest warp-specialised kernels -- a default partition and a
 each write their own global output and touch no shared memory -- runs them, checks their results,
 and is run under racecheck by::
 
-    compute-sanitizer --tool racecheck python3 scripts/racecheck_warp_specialize.py
+    compute-sanitizer --tool racecheck python3 benchmarks/racecheck_warp_specialize.py
 
 A hazard reported here, at the ``def`` line, is in the code Triton generates, not in tiledmm's.
 Case "plain": no captures (kernel arguments are rematerialised in each partition); case
