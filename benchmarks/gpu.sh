@@ -36,17 +36,18 @@ export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 COLUMNS=160
 T=$(date +%s)
 stamp() { echo "== [$(( $(date +%s) - T )) s] $*"; }
 want() { [[ $modes == *" $1 "* ]]; }
+timeout_opt() { python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout $1"; }   # where pytest-timeout is
 stamp "environment"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
 python3 -c "import torch, triton, numba, numpy; from importlib.metadata import version as v; print('torch', torch.__version__, 'triton', triton.__version__, 'numba', numba.__version__, 'numba-cuda', v('numba-cuda'), 'numpy', numpy.__version__)" | tee -a "$OUT/gpu.txt"
 
 if want tests; then
   stamp "every test on the GPU, 8 workers"
-  python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 400 tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
+  python3 -m pytest -q -p no:cacheprovider -n 8 $(timeout_opt 400) tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -25
 fi
 if want readme; then
   stamp "the README's commands and snippets, one process"
-  python3 -m pytest -q -p no:cacheprovider --timeout 600 tests/test_readme.py 2>&1 | tee "$OUT/readme.log" | tail -8
+  python3 -m pytest -q -p no:cacheprovider $(timeout_opt 900) tests/test_readme.py 2>&1 | tee "$OUT/readme.log" | tail -8
 fi
 if want suites; then
   for p in ${PRECISIONS:-bf16 fp16 tf32}; do
