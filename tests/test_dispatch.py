@@ -1,4 +1,4 @@
-"""Lean dispatch (issue 10) on the CPU: the registry carries everything about a kernel, tuned
+"""Lean dispatch on the CPU: the registry carries everything about a kernel, tuned
 choices persist across processes, plans are reused, one timing method."""
 import json
 import os
@@ -157,68 +157,125 @@ def test_block_plan_is_resolved_once_per_key():
     assert len(m._plans) == n + 1
 
 
-def _spin(seconds: float):
-    """A call that takes at least ``seconds`` of wall time (busy-waits: no sleep granularity)."""
-    import time
+class _Clock:
+    """A host clock that moves only when a call says so (``timing`` reads ``time.perf_counter`` alone): the
+    timing methods' arithmetic is checked exactly, never against how long the machine happened to take."""
 
-    def call():
-        t = time.perf_counter()
-        while time.perf_counter() - t < seconds:
-            pass
-    return call
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def _clock(monkeypatch) -> _Clock:
+    from tiledmm import timing
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+    return clock
 
 
 @pytest.mark.skipif(GPU, reason="host-clock timing (emulation); the GPU's event timing is tested below")
-def test_timing_measures_what_the_calls_take():
-    """Calls of known least durations: the medians are at least those (a clock that only
-    measures a part, or a wrong unit, fails), and a longer call measures longer."""
-    from tiledmm.timing import device_and_host, time_calls, wall_us_per_call
-    short, long = time_calls([_spin(1e-3)] * 2, batches=3), time_calls(_spin(4e-3), batches=3)
-    assert short >= 1.0 and long >= 4.0 and long > short, (short, long)       # milliseconds per call
-    assert wall_us_per_call(_spin(200e-6), n=5, warmup=1, repeats=3) >= 200.0  # microseconds per call
-    assert min(device_and_host(_spin(2e-3), batches=2)) >= 2.0
+def test_timing_measures_what_the_calls_take(monkeypatch):
+    """Calls that take known times on a clock the test moves: each method calls what it should, in
+    order, and gives the median per call in its unit (a clock read in the wrong place, a wrong count
+    or a wrong unit fails)."""
+    from tiledmm import timing
+    clock, log = _clock(monkeypatch), []
+
+    def taking(ms, name):
+        def call():
+            log.append(name)
+            clock.now += ms / 1e3
+        return call
+
+    # time_calls: one call a repeat, rotating over the input sets; the median in milliseconds
+    assert timing.time_calls([taking(1.0, "a"), taking(5.0, "b"), taking(2.0, "c")], batches=3) == pytest.approx(2.0)
+    assert log == ["a", "b", "c"]
+    log.clear()
+    assert timing.time_calls(taking(4.0, "x"), batches=5) == pytest.approx(4.0) and log == ["x"] * 5
+    # device_and_host in emulation: the host clock for both
+    log.clear()
+    assert timing.device_and_host([taking(3.0, "a"), taking(1.0, "b")], batches=2) == pytest.approx((2.0, 2.0))
+    # wall_us_per_call: warm-up calls untimed, then ``repeats`` rounds of ``n`` calls; the median round's
+    # microseconds per call
+    per_round = iter([10_000.0] + [0.2] * 5 + [0.3] * 5 + [0.25] * 5)     # ms: one warm-up, three rounds
+    log.clear()
+
+    def varying():
+        log.append("w")
+        clock.now += next(per_round) / 1e3
+    assert timing.wall_us_per_call(varying, n=5, warmup=1, repeats=3) == pytest.approx(250.0)
+    assert len(log) == 1 + 3 * 5
     with pytest.raises(ValueError):
-        time_calls([])
+        timing.time_calls([])
+    with pytest.raises(ValueError):
+        timing.device_and_host([])
+
+
+def _recorded_sleeps(monkeypatch) -> list:
+    """The GPU sleeps device_and_host queues (in cycles), each still slept for real."""
+    from tiledmm import timing
+    sleeps, real = [], timing._adapter.gpu_sleep
+
+    def sleep(cycles):
+        sleeps.append(cycles)
+        real(cycles)
+    monkeypatch.setattr(timing._adapter, "gpu_sleep", sleep)
+    return sleeps
+
+
+def _batch_calls(cycles: int, host_s: float) -> int:
+    """The batch size a sleep of ``cycles`` was sized for: sleep_s = 1.5 x calls x host_s + 50 us."""
+    n = (cycles / 2e9 - 50e-6) / (1.5 * host_s)
+    assert abs(n - round(n)) < 1e-3, (cycles, n)
+    return round(n)
 
 
 @pytest.mark.gpu
-def test_device_and_host_keeps_a_slow_launch_path_out_of_the_gpu_time():
-    """A ~5 us kernel behind >= 200 us of host work a call: time_calls sees the host (>= 200 us),
-    device_and_host sees the kernel apart from the host (a small part of it) and the host too."""
-    import time
-    from tiledmm.timing import device_and_host, time_calls
+def test_device_and_host_keeps_a_slow_launch_path_out_of_the_gpu_time(monkeypatch):
+    """A small kernel behind 200 us of host work a call (on the test's clock): device_and_host reports
+    that host time per call, and queues each batch once behind a GPU sleep sized from it (1.5 x the
+    batch's host time + 50 us), so the events see the kernels back to back, not the host."""
+    from tiledmm import timing
+    clock, sleeps = _clock(monkeypatch), _recorded_sleeps(monkeypatch)
     x = torch.randn(1024, device="cuda")
+    count = [0]
 
     def call():
-        t = time.perf_counter()
-        while time.perf_counter() - t < 200e-6:
-            pass
+        count[0] += 1
+        clock.now += 200e-6
         x.mul_(1.0)
-    queued = time_calls(call, batches=3)
-    gpu, host = device_and_host(call)
-    assert queued >= 0.2 and host >= 0.2, (queued, host)    # the 200 us spin is a floor, not a guess
-    assert gpu < host / 4, (gpu, host)                       # the kernel apart from the host's wait
+    gpu, host = timing.device_and_host(call, batches=3, warmup=1)
+    assert host == pytest.approx(0.2)
+    assert len(sleeps) == 3 and len(set(sleeps)) == 1, sleeps            # one sleep a batch: none queued again
+    n = _batch_calls(sleeps[0], 200e-6)
+    assert 3 <= n <= 500 and count[0] == 1 + 3 + 3 + 3 * n, (n, count)   # warm-up, host estimate, batch size, batches
+    assert 0 < gpu < float("inf")
 
 
 @pytest.mark.gpu
-def test_device_and_host_sleeps_longer_when_the_host_turns_slow():
-    """The sleep is sized from the first calls' host time; calls that then turn slow (a cold host,
-    a busy one) outlast it, and the batch is queued again behind a longer sleep: the GPU time stays
-    the kernel's, not the host's."""
-    import time
-    from tiledmm.timing import device_and_host
+def test_device_and_host_sleeps_longer_when_the_host_turns_slow(monkeypatch):
+    """The sleep is sized from the first calls' host time; calls that then turn slow (a cold host, a busy
+    one) outlast it, and the batch is queued again behind a longer sleep (twice the batch's host time
+    + 50 us), which later batches keep: the GPU time stays the kernel's, not the host's."""
+    from tiledmm import timing
+    clock, sleeps = _clock(monkeypatch), _recorded_sleeps(monkeypatch)
     x = torch.randn(1024, device="cuda")
     count = [0]
 
     def call():
         count[0] += 1
         if count[0] > 4:                   # warm-up and the host estimate fast, the batches slow
-            t = time.perf_counter()
-            while time.perf_counter() - t < 200e-6:
-                pass
+            clock.now += 200e-6
         x.mul_(1.0)
-    gpu, host = device_and_host(call, batches=2)
-    assert host >= 0.2 and gpu < host / 4, (gpu, host)
+    gpu, host = timing.device_and_host(call, batches=2, warmup=1)
+    assert host == pytest.approx(0.2)
+    assert len(sleeps) == 3 and sleeps[0] == int(2e9 * 50e-6), sleeps     # sized from a host estimate of 0
+    assert sleeps[1] == sleeps[2] > sleeps[0], sleeps                      # batch 0 again, then kept
+    n = round((sleeps[1] / 2e9 - 50e-6) / (2 * 200e-6))
+    assert abs(sleeps[1] - 2e9 * (2 * n * 200e-6 + 50e-6)) <= 1 and count[0] == 1 + 3 + 3 + 3 * n, (n, count)
+    assert 0 < gpu < float("inf")
 
 
 # -- the short path's bound launches (GPU) ---------------------------------------------------------

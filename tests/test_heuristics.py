@@ -1,7 +1,7 @@
 """The no-timing model (kernels/block/heuristics.py): it reproduces the tuner's recorded
 choices on the H100, makes different choices on a different GPU, and the default call path
 times nothing."""
-import re
+import json
 from pathlib import Path
 
 import pytest
@@ -13,28 +13,18 @@ from tiledmm.kernels.block import heuristics as H
 from tiledmm.kernels.block import matmul as bm
 from tiledmm.kernels.block import variants as V
 
-REPORT = Path(__file__).resolve().parents[1] / "docs/measurements/issue11_tuning_report_h100_session6.txt"
+CHOICES = Path(__file__).resolve().parent / "data" / "h100_tuner_choices.json"
 
 
 def _recorded() -> list:
-    """Every tuning run in the H100 report: (M, N, K), precision, {variant:config -> ms}. The
-    report's shapes read M x K x N (its keys' shape class says so)."""
-    runs, cur = [], None
-    for line in REPORT.read_text().splitlines():
-        m = re.match(r"== (\d+)x(\d+)x(\d+) (\w+)", line)
-        if m:
-            M, K, N, prec = int(m[1]), int(m[2]), int(m[3]), m[4]
-            cur = ((M, N, K), "none" if prec in ("bf16", "fp16") else prec, {})
-            runs.append(cur)
-            continue
-        m = re.match(r"\s+([\d.]+) ms\s+(\S+)", line)
-        if m and cur is not None:
-            cur[2][m[2]] = float(m[1])
-    return runs
+    """Every tuning run the H100's tuner recorded (tests/data/h100_tuner_choices.json, its "about" says how
+    it was measured): (M, N, K), precision, {variant:config -> ms}."""
+    runs = json.loads(CHOICES.read_text())["runs"]
+    return [((r["M"], r["N"], r["K"]), r["precision"], dict(r["times_ms"])) for r in runs]
 
 
-# the report's 'tma-persistent' kernel is the 'tma' variant's now (issue 25: one persistent TMA kernel
-# with its features and configs)
+# the report's 'tma-persistent' kernel is the 'tma' variant's now (one persistent TMA kernel with both
+# kernels' features and configs)
 RENAMED = {"tma-persistent": "tma"}
 
 

@@ -31,7 +31,7 @@ SUITES = {
     "quick": [(4096, 4096, 4096)],
     # a transformer layer's GEMMs (hidden 5120, MLP 13824) at M = 1, 32, 256, 4096 tokens
     "transformer": [(m, k, n) for m in (1, 32, 256, 4096) for (n, k) in ((5120, 5120), (13824, 5120), (5120, 13824))],
-    # LLM projection GEMMs (issue 22): M tokens x (N, K) of 7B/70B-class layers (4096/11008 and 8192/28672)
+    # LLM projection GEMMs: M tokens x (N, K) of 7B/70B-class layers (4096/11008 and 8192/28672)
     "llm": [(m, k, n) for m in (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
             for (n, k) in ((4096, 4096), (11008, 4096), (4096, 11008), (8192, 8192), (28672, 8192), (8192, 28672))],
     "emulation": [(40, 24, 33), (3, 33, 17, 45)],

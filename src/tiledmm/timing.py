@@ -1,7 +1,7 @@
 """The one timing method every number in tiledmm comes from.
 
 Autotuners (Triton configs, variant choice, the SIMT rung-10 shapes), the harness,
-the benchmark and the scripts behind docs/performance.md all call ``time_calls``:
+the benchmark and benchmarks/ (docs/performance.md's numbers) all call ``time_calls``:
 
 * warm up (compilation, module load and clock ramp-up stay out of the numbers);
 * one pair of CUDA events around a *batch* of many queued calls -- so the host's

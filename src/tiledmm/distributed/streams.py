@@ -112,7 +112,7 @@ def _prepare_local(gemm, products, out, alpha) -> None:
     """Run each distinct local product (shapes, strides, 16-byte alignment, beta) once into a
     scratch output before any collective is issued, the first time this process meets it: its
     kernel is compiled, and under ``TILEDMM_TUNE=on`` timed, on a quiet GPU rather than against
-    the NCCL kernels of the panels in flight, which skewed timed choices (issue 13). The operands
+    the NCCL kernels of the panels in flight, which skewed timed choices. The operands
     may be receive buffers not yet written: only their layout matters."""
     scratch = None
     for a, b, beta in products:

@@ -4,7 +4,7 @@ pinned tiles straight to and from the GPU, without staging) and ``cudaHostRegist
 staging buffers); and the pool of staging buffers each device keeps for later runs.
 
 Page-locking: ``cudaHostAlloc`` (torch's ``pin_memory=True``) faults in and pins a buffer on one
-thread -- 0.53 s for the 832 MiB of staging buffers issue 22 measured on an H100 host. Here a
+thread -- 0.53 s for the 832 MiB of staging buffers of an earlier runner on an H100 host. Here a
 staging buffer is an anonymous mapping faulted in by the thread that asks for it (several threads
 at once), then registered with ``cudaHostRegister``. TILEDMM_OOC_PIN picks the way: ``register``
 (default), ``huge`` (the same with transparent huge pages advised: fewer faults, but a fault may

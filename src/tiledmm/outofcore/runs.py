@@ -1,5 +1,5 @@
 """Helpers for runs of out-of-core products on random operands (the CLI's ``tiledmm outofcore``,
-scripts/bench_outofcore.py): fast random fills of big host matrices, and a check of sampled
+benchmarks/outofcore.py): fast random fills of big host matrices, and a check of sampled
 rows and columns of the result against float64."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Variant 'batched-small': many tiny products in one batch (issue 24).
+"""Variant 'batched-small': many tiny products in one batch.
 
 A batch of products of at most 32 x 32 x 32 (attention heads of a small model, per-token
 projections, a mixture of tiny experts) wastes most of the blocked kernel's work: it runs one
@@ -39,7 +39,7 @@ MAX_DIM = 32          # largest M, N and K it takes (blocks of up to 32 x 32 x 3
 # with blocks of at most 32 where the blocked kernel runs a tile of 64 x 64 or more (16 x 128 for few
 # rows) per product: less work, and as many programs. (The dispatcher's plan key has no batch count: a class's first call
 # decides for its later ones, so a threshold here would leave a class first met with a small batch on
-# the blocked kernel.) Unmeasured: scripts/bench_batched_small.py --sweep times both from batch 2 up.
+# the blocked kernel.) Unmeasured: the batch count where the two kernels cross.
 MIN_BATCH = 2
 MAX_G = 64            # most products one program computes
 
@@ -128,8 +128,8 @@ def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1)
 
 # Throughput against the persistent TMA kernel's peak, for the model (heuristics.estimate_us), of one
 # padded product: the model's tile-reuse factor (intensity) describes shared-memory-fed tensor cores,
-# which this kernel does not use, so it is divided out (as heuristics.gluon_speed does). Guesses until
-# scripts/bench_batched_small.py has run on the H100: 3-D dots run as mma.sync on tiny tiles (~0.3),
+# which this kernel does not use, so it is divided out (as heuristics.gluon_speed does). Guesses, not
+# fitted to a measurement: 3-D dots run as mma.sync on tiny tiles (~0.3),
 # the FMA dot at about half the FMA peak (operands through shared memory beside the FMAs).
 SPEED = {"16bit": 0.3, "tf32": 0.3, "ieee": 0.5}
 

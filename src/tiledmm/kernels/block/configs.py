@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from ._vcommon import cfg as _cfg
-from ._vcommon import kind_of  # noqa: F401  (the one kind_of, still read here by scripts/fuzz.py, sanitize_block.py)
+from ._vcommon import kind_of  # noqa: F401  (the one kind_of, still read here by scripts/fuzz.py, benchmarks/sanitize_block.py)
 from . import heuristics as H
 from .heuristics import fits
 
@@ -34,11 +34,11 @@ BLOCKED = {
 }
 # Few rows of A (M up to 32, a decode step's GEMV-like products): the transposed product C^T = B^T A^T
 # (kernels.py, SWAP), so the tensor core's narrow side (wgmma's N, down to 8) takes the few rows
-# and its 64-row side runs along N. Probe on the H100 (issue 11, session 6): 32x13824x5120 bf16
+# and its 64-row side runs along N. Probe on the H100 (the tuner's candidates): 32x13824x5120 bf16
 # 55.5 us, as fast as cuBLAS (54.4), where the best unswapped config took 71.9. Such products stream B
 # once from HBM: the 16-row tile keeps 6 stages of B in flight (221 KB of shared memory), 4-9 % faster than 4
 # (H100 bf16, GPU time: 1x11008x4096 38.7 -> 35.2 us, torch 34.8; 16x11008x4096 39.3 -> 35.9;
-# 1x4096^2 17.0 -> 16.0; docs/measurements/session18_gemv_h100.txt).
+# 1x4096^2 17.0 -> 16.0; docs/history.md).
 FEW_ROWS = 32
 BLOCKED_FEW_ROWS = {
     "16bit": [dict(cfg(16, 128, 128, 8, 4, 6), SWAP=1), dict(cfg(32, 128, 128, 8, 4, 4), SWAP=1)],
@@ -54,9 +54,9 @@ def tma_cfg(bm: int, bn: int, bk: int, warps: int, stages: int, epi: int = 2, ws
 
 
 # The persistent TMA kernel (variant 'tma'), all within the H100's shared memory (heuristics.smem_bytes).
-# The union of the tables of the two kernels it replaces (issue 25), a tile, warps and stages listed
+# The union of the tables of the two persistent TMA kernels it replaces, a tile, warps and stages listed
 # once: with EPI_SPLIT 2 where both had it (the half-tile epilogue measured faster on the same tiles,
-# docs/measurements/issue11_tuning_report_h100_session6.txt); 128 x 256 x 32 tf32 with 4 stages left
+# tests/data/h100_tuner_choices.json); 128 x 256 x 32 tf32 with 4 stages left
 # out (it does not fit). Order matters: tma_persistent.heuristic picks by position, and the wave model
 # (prune) keeps the first of configs it ties.
 TMA = {

@@ -1,4 +1,4 @@
-"""Variant 'gluon-ws': a warp-specialised Hopper GEMM written in Gluon (issue 24), host side.
+"""Variant 'gluon-ws': a warp-specialised Hopper GEMM written in Gluon, host side.
 
 Gluon is Triton's lower-level language (``triton.experimental.gluon``): the kernel says
 itself what Triton's ``tl`` compiler decides, following Triton's Gluon tutorials
@@ -51,7 +51,7 @@ operand's matrices are stacked along its rows in one 2-D descriptor (product p's
 its rows; a 2-D or broadcast operand: at 0), which needs each operand's batch stride to be one
 matrix (``_stacked``) and every tile to stay inside its product: M a multiple of BLOCK_M and K of
 BLOCK_K (a stacked tile past the end would read the next product's rows, not zeros); a bias (per
-column or per row) is every product's. Not done here (issue 24's later steps): stream-K, swap-AB,
+column or per row) is every product's. Not done here: stream-K, swap-AB,
 C read ahead, ping-pong consumers.
 
 Host cost of a call: the first call of each specialisation (config, dtypes, epilogue flags,
@@ -59,7 +59,7 @@ layout) goes through Gluon's launcher (``kernel[grid](...)``: ~100-150 us, it co
 use) and remembers the CompiledKernel; later calls call its C launch directly
 (``_adapter.tensordesc_launch``) with the descriptors' tensor maps kept per (pointer, shape,
 strides) in a bounded cache: 12-24 us of host time a call on the H100 (torch.matmul: 13-21 us;
-scripts/bench_gluon.py --host). M, N and K are not specialised, so one compiled kernel serves
+docs/history.md). M, N and K are not specialised, so one compiled kernel serves
 every size. Where the adapter declines (another Triton, a failed self-test), every call takes
 Gluon's launcher (one warning).
 """
@@ -136,11 +136,11 @@ def _units(tiles: int, k_steps: int, sms: int, split: int, tail: int) -> tuple[i
 # the output staging so a 4th stage fits), 64-row tiles with one warpgroup for few rows, smaller
 # tiles for products with few tiles. tf32: 4-byte operands, half the K per stage; split-K (SPLIT_K
 # units per tile, fixed up in the kernel) only where it won on the H100 (tf32, one row of tiles):
-# in 16-bit it lost to the best unsplit tile on every shape measured (docs/measurements/session7_gluon_kernel_h100.log).
+# in 16-bit it lost to the best unsplit tile on every shape measured (docs/history.md).
 # 16-bit 128x128 keeps 5 stages in flight: 3-10 % faster than 4 on products of many K-steps per tile
-# (256x13824x5120 81 -> 75 us, 256x5120^2 34 -> 31), 4 % at 4096^3-8192^3 (session16_sweep_gluon_bf16_run*_h100.json);
+# (256x13824x5120 81 -> 75 us, 256x5120^2 34 -> 31), 4 % at 4096^3-8192^3 (docs/history.md);
 # it splits a partial last wave too (TAIL): 576-640 x 4096^2 bf16, 160 tiles, GPU 42.5 -> 38.7-39.8 us (the model's
-# pick moves there from 128x256's one partial wave; session18_tail128_ab_h100.txt).
+# pick moves there from 128x256's one partial wave; docs/history.md).
 CONFIGS = {
     "16bit": [_c(128, 256, 64, 8, 4, group=16, epi=2, tail=1), _c(128, 256, 64, 8, 3), _c(128, 128, 64, 8, 5, tail=1),
               _c(64, 256, 64, 4, 4), _c(64, 128, 64, 4, 6), _c(64, 64, 64, 4, 8), _c(128, 192, 64, 8, 5, parts=3),
@@ -148,26 +148,26 @@ CONFIGS = {
     "tf32": [_c(128, 128, 32, 8, 4), _c(64, 128, 32, 4, 6), _c(128, 256, 32, 8, 3, epi=2),
              _c(64, 128, 32, 4, 6, split=2), _c(256, 128, 32, 8, 3, epi=2)],
 }
-# TFLOP/s of each tile on large square products (H100, scripts/bench_gluon.py; 128x128 at 5 stages: session
-# 16's sweep at 4096^3 and 8192^3): the no-timing pick's model of a full wave; SPLIT_COST: a split unit's extra
+# TFLOP/s of each tile on large square products (H100, each config timed alone; 128x128 at 5 stages: a
+# sweep at 4096^3 and 8192^3): the no-timing pick's model of a full wave; SPLIT_COST: a split unit's extra
 # time (partial out, fix-up in), split only where the units fit in one wave
 RATE = {(128, 256, 2): 720, (128, 256, 1): 704, (128, 128, 1): 660, (64, 256, 1): 638,
         (64, 128, 1): 543, (64, 64, 1): 400, (128, 192, 1): 670, (64, 192, 1): 540}
 # 128x192 (PARTS = 3): 678 TFLOP/s at 768 x 4096^2 (132 tiles, one whole wave), ~670 from 4096^3 and 8192^3 over
-# their waves' fill (session19_sweep_bf16_h100.txt). 64x192: 465 (384 x 4096^2, one whole wave) to 680 (256 x 13824
+# their waves' fill (docs/history.md). 64x192: 465 (384 x 4096^2, one whole wave) to 680 (256 x 13824
 # x 5120, K long) -- 540 puts it where it measured best (257-384 x 4096^2, 256 x 5120 x 5120 and x 13824;
-# session19_sweep_64x192_bf16_h100.txt)
+# docs/history.md)
 RATE_TF32 = {(128, 128, 1): 315, (64, 128, 1): 266, (128, 256, 2): 355}
 # tf32 with an operand in registers (a row-major B, or an M-major A): the rates of B row-major at
-# 4096^3-8192^3 (scripts/bench_gluon_tf32.py, H100); 256x128 only here, where wgmma's n is BLOCK_M = 256
+# 4096^3-8192^3 (each config timed alone, H100); 256x128 only here, where wgmma's n is BLOCK_M = 256
 RATE_TF32_REG = {(256, 128, 2): 355, (128, 256, 2): 297, (128, 128, 1): 308, (64, 128, 1): 212}
 SPLIT_COST = 1.6
 # configs modelled within this factor of the fastest count as a tie, which the largest tile wins (fewer bytes per
-# flop, which the model leaves out). 1.10 until session 16: 512x4096x11008 16-bit then took 128x256 (modelled 7 %
-# slower than 128x128 at 5 stages) at 84-91 us against 128x128's 79-80 (session16_sweep_gluon_bf16_run*_h100.json)
+# flop, which the model leaves out). Not 1.10: with it 512x4096x11008 16-bit took 128x256 (modelled 7 %
+# slower than 128x128 at 5 stages) at 84-91 us against 128x128's 79-80 (docs/history.md)
 NEAR = 1.05
 # TAIL (the last partial wave's tiles split along K, tail_plan): that round costs about TAIL_ROUND + 1/split
-# of a tile's round (H100, 16-bit 128x256, scripts/bench_gluon_tail.py: 0.43 at split 8, 0.64 at 4, 0.65
+# of a tile's round (H100, 16-bit 128x256, docs/history.md: 0.43 at split 8, 0.64 at 4, 0.65
 # at 2). A launch with nothing to split runs the plain kernel (TAIL = 0): the TAIL build measured 3-6 %
 # slower there.
 TAIL_ROUND = 0.25

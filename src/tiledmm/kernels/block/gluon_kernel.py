@@ -50,7 +50,7 @@ def _operand_mode(dtype, A_T, B_T):
     operands from shared memory only K-major, but its first operand may sit in registers in any
     layout: 1 -- an M-major A (A_T) is loaded into registers; 2 -- a row-major (N-major) B: the
     tile is computed transposed, C^T = B^T A^T, with B^T loaded into registers and A (K-major)
-    as the shared-memory operand. No copy of either operand (issue 24, item 3)."""
+    as the shared-memory operand. No copy of either operand."""
     if dtype.primitive_bitwidth != 32:
         return 0
     if not B_T:
@@ -273,7 +273,7 @@ def _sum_partials(ws_ptr, first, parts, chunk_lo, chunk_hi, c_ptr, stride_cm, bi
     with masked stores. Four consecutive columns a thread (16-byte loads along the partial's rows);
     PARTS > 0 (a constexpr count) unrolls the partials, so their loads of a chunk are all in flight at
     once (read in the accumulator's layout, one partial after another, split-K's fix-up took ~20 us a
-    unit on the H100: session 15)."""
+    unit on the H100)."""
     R: gl.constexpr = BM // TAIL_CHUNKS
     sl: gl.constexpr = _slice_layout(BN, NUM_WARPS)
     r = gl.arange(0, R, layout=gl.SliceLayout(1, sl))
@@ -382,7 +382,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_smem, ready, empty, c_ptr, stride_cm, bi
             # wgmma reads its register operand until a wait retires it, and a value that is written
             # again before then is overwritten under it (measured: a single register operand reloaded
             # each step with one wgmma in flight gave wrong results that differed between launches;
-            # waiting for each wgmma instead was correct but ~25% slower, docs/performance.md).
+            # waiting for each wgmma instead was correct but ~25% slower, docs/history.md).
             # Two operands in turn, x0 and x1, each kept alive (a dependency of the wait) until the
             # wait that retires the wgmma reading it, so one wgmma stays in flight as in mode 0.
             if MODE == 2:

@@ -18,8 +18,8 @@ config) gets an estimated run time and the cheapest is kept. The estimate, per c
 * **copies and fixed costs** -- the copies a ``-kmajor`` or ``tma-copy`` variant makes
   first, at full bandwidth; a second launch (split-K's reduction, a copy kernel).
 
-Calibrated against the tuner's choices on the H100 (docs/measurements/
-issue11_tuning_report_h100_session6.txt; tests/test_heuristics.py replays them): split-K
+Calibrated against the tuner's choices on the H100 (tests/data/
+h100_tuner_choices.json; tests/test_heuristics.py replays them): split-K
 when the output has fewer tiles than SMs and K is long, the swapped few-row configs or
 small tiles for M <= 32, the persistent TMA kernel with 128 x 256 tiles once the tiles fill
 the SMs. The Gluon kernel (``gluon_speed``) only for large 16-bit products with 128-byte rows,
@@ -69,9 +69,9 @@ class Traits:
         path binds only FastKernel launches): a floor under the call's time, as the tuner's
         max(GPU, host) is. H100 probe: an unbound blocked launch 48 us, tma-copy 200 us,
         gluon-ws 25-27 us through the plan
-        (its own bound C launch, session 8; 95-153 us before).
+        (its own bound C launch; 95-153 us through Gluon's JIT launcher).
     compiles_per_process: its kernels are compiled anew in every process (numba-cuda keeps no disk
-        cache of rung 11's kernels: about 4.5 s on a first call, H100 session 9), where Triton's
+        cache of rung 11's kernels: about 4.5 s on a first call on the H100), where Triton's
         come from its disk cache in ~0.1 s. The no-timing default (the shipped table) does not pick
         such a variant -- its first call would wait for seconds; timing (TILEDMM_TUNE=on, whose user
         accepts a wait), the store and a forced ``variant=`` still may.
@@ -167,15 +167,15 @@ def estimate_us(c: dict, p: Problem, t: Traits, dev: Device, copy_bytes: int = 0
     return time, compute
 
 
-# -- the Gluon kernel (gluon_gemm, variant 'gluon-ws'), from docs/measurements/session7_gluon_kernel_h100.log ---------
+# -- the Gluon kernel (gluon_gemm, variant 'gluon-ws'), as measured (docs/history.md) ---------
 # 16-bit, CUDA graphs on the H100: 4096^3 bf16 768-780 TFLOP/s (1.02-1.04x torch) where the persistent
-# TMA kernel measured 0.97-0.98x through tiledmm.matmul (docs/performance.md); 8192^3 1.00-1.02x against
+# TMA kernel measured 0.97-0.98x through tiledmm.matmul (docs/history.md); 8192^3 1.00-1.02x against
 # 0.99-1.03x: a tie. The model reads this as the Triton kernel's exposed epilogue (the Gluon kernel
 # overlaps it with the next tile's main loop): worth GLUON_EPI_K steps of K a tile, counted only beyond
 # the ratios' run-to-run spread (GLUON_TIE) and never above what was measured (GLUON_CAP). Rows that are
 # not a multiple of 128 bytes: 5000^3 0.68-0.73x against 5056^3 1.01x (GLUON_UNALIGNED).
 # tf32 (A row-major, B K-major only): 128x256 347-355, 128x128 315-318, 64x128 266-283 TFLOP/s at
-# 4096^3-8192^3, where the persistent TMA kernel on a K-major B measured 378 (4096^3, docs/performance.md)
+# 4096^3-8192^3, where the persistent TMA kernel on a K-major B measured 378 (4096^3, docs/history.md)
 # and the model gives it 0.75 of its full speed (128x128's operand reuse): no case where it wins.
 GLUON_EPI_K = 256
 GLUON_TIE = 0.035
@@ -183,7 +183,7 @@ GLUON_CAP = 0.03
 GLUON_UNALIGNED = 0.70
 GLUON_TF32_RATE = {(128, 256): 351, (128, 128): 316, (64, 128): 274}
 # tf32 with a row-major B: the kernel computes C^T = B^T A^T with B^T loaded into registers (no copy of
-# B), 4096^3-8192^3 TFLOP/s (scripts/bench_gluon_tf32.py); the Triton variants copy B K-major first
+# B), 4096^3-8192^3 TFLOP/s (docs/history.md); the Triton variants copy B K-major first
 # (copy_bytes), which the model charges at full bandwidth: the Gluon kernel wins where B is large
 # against the product (few rows), the copying kernels where the product is large against B.
 GLUON_TF32_REG_RATE = {(bm, bn): r for (bm, bn, _), r in _gluon.RATE_TF32_REG.items()}   # the kernel's own table

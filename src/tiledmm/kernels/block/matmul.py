@@ -251,7 +251,7 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
 # multiply-adds, are its own: the model's pick is the Gluon kernel with its own config, over the shipped
 # table. The table's 16-bit entries were timed before the kernel's tail split, and where they name a
 # Triton-level variant there it ran at 0.86-0.93x torch on shapes the Gluon kernel ran at 0.97-1.08x
-# (8192^3, 3000x2000x4000, 2048x11008x4096; H100, session 13, docs/performance.md). Below either bound the
+# (8192^3, 3000x2000x4000, 2048x11008x4096; H100, docs/history.md). Below either bound the
 # table stands: at 32-48 rows its few-row kernels ran the random-M loop at 0.90-0.92x torch against the
 # Gluon kernel's 0.60-0.62x, and products of a few microseconds are host-bound, where the table's timings
 # (which count host time) are the better guide.
@@ -259,13 +259,13 @@ GLUON_OWNS_FROM_M = 64
 GLUON_OWNS_FROM_MACS = 2 ** 32
 # A batch (every product's M a tile multiple: gluon_gemm.batch_fits) of at least GLUON_OWNS_FROM_MACS
 # multiply-adds is the Gluon kernel's own in tf32, and in 16-bit from GLUON_BATCH_FROM_K on: one launch over
-# all products' tiles. Measured (H100, session 15, docs/performance.md) against the table's blocked kernel,
+# all products' tiles. Measured (H100, docs/history.md) against the table's blocked kernel,
 # x torch: tf32 64x512^3 0.53 -> 1.03, 16x1024^3 0.44 -> 1.10; 16-bit 16x1024^3 0.89 -> 0.99 (bf16),
 # 0.92 -> 1.11 (fp16); products with K or N = 64 at 0.41-0.68 against the blocked kernel's 1.3: other batches
-# do not offer the Gluon kernel to the no-timing pick at all (timing still may take it). K from 512 since
-# session 20 (1024 before: session 15 measured 64x512^3 bf16 at 0.70 with the kernel of then): through
+# do not offer the Gluon kernel to the no-timing pick at all (timing still may take it). K from 512, not
+# 1024 (an earlier build of the kernel ran 64x512^3 bf16 at 0.70): through
 # tiledmm.matmul, two alternating rounds, 64x512^3 0.82-0.85 -> 1.00-1.01, 32x512^3 0.84-1.01 -> 0.99-1.11,
-# 128x512x768x512 0.83-0.85 -> 0.95-0.97, bf16 and fp16 (session20_batched_k_h100.txt).
+# 128x512x768x512 0.83-0.85 -> 0.95-0.97, bf16 and fp16 (docs/history.md).
 GLUON_OWNS_BATCHES = True
 GLUON_BATCH_FROM_K = 512
 

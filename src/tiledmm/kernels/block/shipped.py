@@ -102,7 +102,7 @@ def table_for(gpu_name: str, sms: int, folder: Path | None = None) -> dict | Non
 
 def trusted(e: dict, esize: int, l2_bytes: int) -> bool:
     """Whether an entry's timing stands for a user's calls: timed on rotated operand sets (tables
-    written from session 8's tuner on), or -- entries timed on one operand set -- a class whose
+    written since the tuner rotates them), or -- entries timed on one operand set -- a class whose
     smallest member's operands exceed L2 or which is compute-bound (M, N and K all >= COMPUTE):
     a memory-bound product whose operands stayed in L2 timed the cache (H100: 32x5120x5120 bf16
     timed 23 us there, 45 us through the API with operands rotated)."""

@@ -92,7 +92,7 @@ def _c(bm, bn, bk, warps, stages, waves=2, group=8, **extra):
 # 16-bit rows load element by element, without cp.async: each program waits on its loads, so many small
 # programs beat a few large ones -- 127x8191x127 bf16 on the H100, GPU time a call: 64x64 tiles (4 tiles x 32
 # splits, 128 programs) 13.7 us, 128x128 (32 programs) 16.6, 64x128 (64 programs of 4 warps) 38.9-48.7,
-# torch 14.2-14.5 (docs/measurements/session18_odd_rows_h100.txt)
+# torch 14.2-14.5 (docs/history.md)
 CONFIGS = {
     "16bit": [_c(16, 128, 128, 4, 4), _c(16, 256, 64, 4, 4), _c(32, 128, 128, 4, 4), _c(64, 128, 64, 4, 4),
               _c(128, 128, 64, 8, 3), _c(64, 256, 64, 8, 3), _c(128, 256, 64, 8, 3), _c(16, 64, 256, 4, 3, waves=4),
@@ -148,7 +148,7 @@ def prune(configs: list[dict], M: int, N: int, K: int, sms: int, batch: int = 1,
 
 def _speed(p, config: dict) -> float:
     """Throughput of the blocked kernel's pieces (this one and variants.BLOCKED) against the
-    TMA kernel's (H100, issue 11 probe): about 0.8 on the tensor cores; tf32 with a row-major B
+    TMA kernel's (H100, a probe of forced configs): about 0.8 on the tensor cores; tf32 with a row-major B
     feeds wgmma through registers (SWAP=2: B^T from registers, about half; else about a
     third); fewer than 64 unswapped rows run mma.sync (wgmma takes 64), about 0.6; exact fp32
     is FMA-bound alike. Rows that are not 16-byte aligned load element by element: 32-bit

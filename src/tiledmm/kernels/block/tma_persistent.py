@@ -23,7 +23,7 @@ from .kernels import matmul_tma_persistent_kernel
 
 def heuristic(M: int, N: int, K: int, kind: str, sms: int | None = None) -> dict:
     """Largest tile that still gives the SMs about a full wave (measured on the H100,
-    docs/performance.md, issue 11): 128 x 256 when its tiles fill a wave, else 128 x 128, else
+    docs/history.md): 128 x 256 when its tiles fill a wave, else 128 x 128, else
     64 x 128. Never the WS-flagged configs: their measured gain was the host-descriptor kernel's,
     whose flattened loop ignored the flag; here WS unflattens the loop (not measured yet).
     Positions in ``configs.TMA`` (its tables keep this order)."""

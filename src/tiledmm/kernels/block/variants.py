@@ -113,7 +113,7 @@ BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLO
 
 def _tma_speed(p, cfg) -> float:
     """The model's throughput of a config: the half-tile epilogue (EPI_SPLIT 2) is the reference;
-    a whole-tile one 0.95 (issue 11's tuner report: the same tiles without it measured ~5 % slower)."""
+    a whole-tile one 0.95 (the H100 tuner's report: the same tiles without it measured ~5 % slower)."""
     return 1.0 if cfg.get("EPI_SPLIT", 1) == 2 else 0.95
 
 
@@ -169,7 +169,7 @@ def with_kmajor(v: Variant) -> Variant:
 # -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
 # Exact fp32 cannot use the tensor cores, so the lectures' own kernel family competes here: for
 # large plain products the dispatcher times rung 11 (numba, cp.async ring) against Triton's FMA
-# kernels per shape class and keeps the faster (issue 12). Only by timing: the model never picks it.
+# kernels per shape class and keeps the faster. Only by timing: the model never picks it.
 
 SIMT_FROM = 1024     # smallest M, N and K offered to rung 11 (its numba launch costs tens of microseconds)
 
@@ -213,10 +213,10 @@ def from_module(mod) -> Variant:
 # Not replayable by fastlaunch (its launches are not FastKernel's): repeat calls are bound by gluon_gemm
 # itself (the compiled kernel's C launch, tensor maps kept per pointer and shape): 10-24 us of host time
 # through gluon_gemm.launch, 25-27 us through tiledmm.matmul's plan on the H100
-# (docs/measurements/session8_gluonbind_h100.log; 95-153 us before, through Gluon's JIT launcher); 34 us
-# through the plan in session 9 (torch 21), when the short path still called the variant's launch each
+# (95-153 us through Gluon's own JIT launcher); 34 us
+# through the plan (torch 21) where the short path calls the variant's launch each
 # time: its class launch (gluon_gemm.class_launch) now takes the bound specialisation directly, 15-18 us
-# (torch 17; H100, session 10), so the model and the tuner count its repeat calls as bound
+# (torch 17; H100), so the model and the tuner count its repeat calls as bound
 # (matmul._repeats_bound): host_us below is the floor only where a call is not (CuPy, numba arrays). Its host
 # floor is the worst of those in the model's units (the model's GPU times assume the tensor cores' peak;
 # the kernels reach ~0.79 of it: 27.4 x 0.79 = 22). Fused epilogue (bias, activation). Never in

@@ -1,0 +1,13 @@
+"""The bench suites (tiledmm.bench.SUITES) the benchmarks and `tiledmm bench` run: the llm suite is the grid
+of LLM projection products the dispatch targets were set on."""
+from tiledmm import bench as B
+
+
+def test_llm_suite_is_the_projection_grid():
+    shapes = B.SUITES["llm"]
+    assert len(shapes) == 60 == len(set(shapes))
+    assert {m for m, _, _ in shapes} == {1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192}
+    # (N, K) = (11008, 4096): B is K x N = 4096 x 11008, stored (m, k, n)
+    assert {(n, k) for _, k, n in shapes} == {(4096, 4096), (11008, 4096), (4096, 11008), (8192, 8192),
+                                              (28672, 8192), (8192, 28672)}
+    assert (16, 4096, 11008) in shapes and (16, 11008, 4096) in shapes

@@ -1,0 +1,115 @@
+"""The repository's own rules, checked on its files (CPU, no kernels):
+
+* the code says why, not when: no session or issue numbers anywhere in src/ (history lives in
+  commit messages and docs/history.md);
+* the tests depend on code only: nothing under tests/ reads scripts/ or docs/measurements/ (no path into
+  either in a test's source);
+* every link in README.md, docs/*.md and benchmarks/README.md resolves, and every scripts/ or
+  benchmarks/ path the README, docs/performance.md or benchmarks/README.md names exists.
+"""
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# "session 22", "sessions 5", "issue 11", "issue #47", "session18_gemv_h100.txt", "issue11_..."; and a bare
+# "#47" as GitHub writes an issue (a colour such as "#7fb3ff" in quotes is not one)
+CITATION = re.compile(r"\b(?:sessions?|issues?)[ _-]?#?\d|(?<![\w\"'&#])#\d{1,3}\b", re.I)
+
+
+def _citations(text: str) -> list[str]:
+    return [m.group(0) for m in CITATION.finditer(text)]
+
+
+def test_the_citation_pattern_finds_what_it_should():
+    assert _citations("measured in session 22; issue 11's probe; issue #47; (session18_gemv_h100.txt)") == \
+        ["session 2", "issue 1", "issue #4", "session1"]
+    assert _citations("see #47 and sessions 5 and 7") == ["#47", "sessions 5"]
+    assert _citations('C = "#7fb3ff"; issued twice; session state; issue phases 0 .. S-2; tissue 3') == []
+
+
+def test_no_session_or_issue_numbers_in_src():
+    found = []
+    for path in sorted((ROOT / "src").rglob("*")):
+        if not path.is_file() or path.suffix in (".pyc", ".so") or "__pycache__" in path.parts:
+            continue
+        for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if _citations(line):
+                found.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not found, "say why, not when (history goes in commit messages):\n" + "\n".join(found)
+
+
+def test_tests_read_no_scripts_or_measurements():
+    """A test that reads a script or a raw measurement depends on files that are not code: a script
+    moves, a measurement is retired, and the test breaks (or skips) for no fault of the library."""
+    bad = re.compile(r"""["']scripts(?:/|["'])|docs/measurements|["']measurements["']""")   # a path into them
+    found = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path.name == Path(__file__).name:
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if bad.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_the_read_pattern_finds_paths_into_scripts_and_measurements():
+    bad = re.compile(r"""["']scripts(?:/|["'])|docs/measurements|["']measurements["']""")
+    assert all(bad.search(s) for s in ('ROOT / "scripts" / "x.py"', "open('scripts/x.py')",
+                                       'root / "docs/measurements/x.txt"', 'Path("docs") / "measurements"'))
+    assert not bad.search('reason="the GPU runs scripts/bench_distributed.py"')
+
+
+def test_benchmarks_compile(tmp_path):
+    """Every benchmark is valid Python (they run on a GPU machine, not here)."""
+    import py_compile
+    paths = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert paths
+    for path in paths:
+        py_compile.compile(str(path), doraise=True, cfile=str(tmp_path / (path.stem + ".pyc")))
+
+
+def _docs() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md"]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set:
+    return {_slug(m.group(1)) for m in re.finditer(r"^#+\s+(.*)$", path.read_text(), re.M)}
+
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|<img[^>]*\bsrc=\"([^\"]+)\"")
+
+
+@pytest.mark.parametrize("doc", _docs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_resolve(doc):
+    assert doc.exists(), doc
+    broken = []
+    for m in LINK.finditer(doc.read_text()):
+        target = m.group(1) or m.group(2)
+        if re.match(r"[a-z]+:", target):          # http(s), mailto: not checked here (no network)
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (doc.parent / file).resolve() if file else doc
+        if not dest.exists():
+            broken.append(target)
+        elif anchor and dest.suffix == ".md" and anchor.lower() not in _anchors(dest):
+            broken.append(target)
+    assert not broken, f"{doc.relative_to(ROOT)}: links that do not resolve: {broken}"
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/performance.md", "benchmarks/README.md"])
+def test_named_scripts_and_benchmarks_exist(doc):
+    """A path under scripts/ or benchmarks/ that these pages name (in a command or the layout) exists;
+    docs/history.md is a record and may name what has since gone."""
+    text = (ROOT / doc).read_text()
+    named = set(re.findall(r"\b((?:scripts|benchmarks)/[\w./-]*\w)", text))
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"{doc} names {missing}"
