@@ -73,7 +73,7 @@ class _Fake:
         monkeypatch.setattr(G, "_bound", {})
         monkeypatch.setattr(G, "_descs", {})
         monkeypatch.setattr(G, "_warned", False)
-        monkeypatch.setattr(G, "_num_sms", lambda: 132)
+        monkeypatch.setattr(G, "_num_sms", lambda dev=None: 132)
         monkeypatch.setattr(G, "current_stream", lambda: 7)
         monkeypatch.setattr(G, "_SCRATCH", {k: (torch.zeros(1), torch.zeros(1024, dtype=torch.int32))
                                             for k in (-1, (-1, 7), (-1, 9))})   # per device; per stream (7, 9)

@@ -303,7 +303,7 @@ def why_not(a, b, c, precision, alpha=1.0, beta=0.0) -> str | None:
             return f"TMA needs 16-byte aligned bases and row strides (shape {tuple(t.shape)}, strides {t.stride()})"
     if os.environ.get("TRITON_INTERPRET", "") == "1":
         return "Gluon kernels do not run in Triton's interpreter"
-    if c.get_device() < 0 or not _device.is_hopper(c.get_device()):
+    if c.get_device() < 0 or not _is_hopper(c.get_device()):
         return "needs a Hopper GPU (sm_90)"
     return None
 
@@ -342,6 +342,16 @@ def descriptor_plan(a, b, c, config: dict, num_sms: int = 132) -> dict:
 
 
 # -- launching ------------------------------------------------------------------------------------
+
+def _num_sms(dev: int | None = None) -> int:
+    """SMs the kernel's persistent grid fills on device ``dev`` (None: the current one): ``tiledmm._device``'s,
+    after ``TILEDMM_SM_MARGIN``."""
+    return _device.num_sms(dev)
+
+
+def _is_hopper(dev: int | None = None) -> bool:
+    return _device.is_hopper(dev)
+
 
 def _smem(dev: int) -> int:
     """The model's shared-memory bound on device ``dev``: its opt-in limit less the same slack as SMEM_LIMIT."""
@@ -746,7 +756,7 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     if isinstance(st, str):
         return None
     batch, M, N, K, (a, b, c), _ = st
-    sms = _device.num_sms(c.get_device())
+    sms = _num_sms(c.get_device())
     reg = operand_mode(a, b) != 0
     by_shape = not config
     config = _full_config(config, M, N, K, a, c, sms, reg, batch)
@@ -770,7 +780,7 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None, bias=None, b
     c (M, N) or (B, M, N): a batch runs in one launch where ``why_not`` allows it."""
     given = (a, b, c)       # what the descriptors' plan reads (descriptor_plan stacks a batch itself)
     batch, M, N, K, (a, b, c), steps = _stacked(a, b, c)
-    sms = _device.num_sms(c.get_device())
+    sms = _num_sms(c.get_device())
     config = _plain_unless_split(_full_config(config, M, N, K, a, c, sms, operand_mode(a, b) != 0, batch),
                                  M, N, K, sms, batch)
     if batch > 1 and not batch_fits(config, M, K):
