@@ -255,3 +255,18 @@ def test_explain_small_summary_stays_one_picture(tmp_path):
     assert len(paths) == 1
     with Image.open(paths[0]) as im:
         assert im.size[1] <= PAGE_MAX_PX
+
+
+def test_the_readme_shows_the_quick_bench_picture_from_a_gpu_run():
+    """Every picture the README shows is in the repository and fits a screen's width; the quick suite's
+    bench picture among them (docs/bench_quick_h100.png: the bench.png of an H100 run, committed by hand)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).parent.parent
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", (root / "README.md").read_text())
+    assert "docs/bench_quick_h100.png" in images
+    for rel in images:
+        assert (root / rel).is_file(), f"README shows {rel}, which is not in the repository"
+        if rel.endswith(".png"):
+            with Image.open(root / rel) as im:
+                assert im.size[0] <= 1600 and im.size[1] <= PAGE_MAX_PX, (rel, im.size)

@@ -6,7 +6,8 @@ reads at a glance (``shape_groups`` makes the groups):
 * a sweep (three or more shapes that differ only in M, or three or more square sizes): TFLOP/s
   against the swept size, one line per kernel, cuBLAS dashed black, the device peak dotted;
 * one or two shapes outside any sweep: a horizontal bar per kernel, fastest on top, each labelled
-  with its TFLOP/s and its speed as a multiple of cuBLAS's, the device peak as a dotted line;
+  with its TFLOP/s and its speed as a multiple of cuBLAS's, coloured by family (SIMT, Triton,
+  cuBLAS), the device peak as a dotted line;
 * three or more unrelated shapes: a table (kernels x shapes) of x cuBLAS, coloured around 1.0.
 
 Figures are made without pyplot (no global state, nothing to close): ``fig.savefig`` writes them.
@@ -164,7 +165,7 @@ def bench_figure(rows: list[dict], device: str = "", peaks: dict | None = None):
             lax.legend(list(handles.values()), list(handles), loc="upper left", fontsize=8, frameon=False,
                        borderaxespad=0)
         elif kind == "bars":
-            _bars(fig.add_subplot(cell), group[0], styles, peaks, emulated)
+            _bars(fig.add_subplot(cell), group[0], peaks, emulated)
         else:
             _table(fig.add_subplot(cell), group[0], emulated)
     return fig
@@ -237,7 +238,7 @@ def _log_y(ax) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _bars(ax, c: Chart, styles: dict, peaks, emulated: bool) -> None:
+def _bars(ax, c: Chart, peaks, emulated: bool) -> None:
     """One horizontal bar per kernel, fastest on top, labelled 'TFLOP/s, x cuBLAS'."""
     from matplotlib.patches import Patch
     order = sorted(c.rows, key=lambda r: -(r.get("tflops") or 0))
