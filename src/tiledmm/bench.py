@@ -223,34 +223,7 @@ def write(rows: list[dict], outdir: Path, env: dict, peaks: dict | None, tuned: 
 
 
 def plot(rows: list[dict], path: Path, device: str, peaks: dict | None) -> Path:
-    """TFLOP/s per shape, one panel per precision; cuBLAS and the device peak as lines."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    precs = list(dict.fromkeys(r["precision"] for r in rows))
-    emulated = any(r.get("emulated") for r in rows)
-    fig, axes = plt.subplots(len(precs), 1, figsize=(12, 4.2 * len(precs)), squeeze=False)
-    for ax, p in zip(axes[:, 0], precs):
-        sub = [r for r in rows if r["precision"] == p]
-        shapes = list(dict.fromkeys(r["shape"] for r in sub))
-        colours = plt.get_cmap("tab20").colors      # 20 colours and 5 markers: no two kernels look alike
-        for i, k in enumerate(dict.fromkeys(r["kernel"] for r in sub)):
-            pts = [(shapes.index(r["shape"]), r["tflops"]) for r in sub if r["kernel"] == k and r["tflops"]]
-            if pts:
-                xs, ys = zip(*pts)
-                cub = k == "cublas"
-                ax.plot(xs, ys, marker="o" if cub else "osD^v"[i % 5], lw=2.5 if cub else 1.5,
-                        ls="--" if cub else "-", color="black" if cub else colours[i % 20], label=k)
-        if peaks and peaks.get(p):
-            ax.axhline(peaks[p], color="gray", ls=":", label=f"peak {peaks[p]:.0f}")
-        ax.set_xticks(range(len(shapes)))
-        ax.set_xticklabels(shapes, rotation=20, fontsize=8)
-        ax.set_ylabel("TFLOP/s" + (" (emulation: not GPU speed)" if emulated else ""))
-        ax.set_yscale("log")
-        ax.set_title(f"{p} — {device}")
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    """The run's picture (``pictures.bench_figure``: bars for a shape or two, lines along a sweep,
+    a table for unrelated shapes) at ``path``."""
+    from .pictures import bench_figure, save
+    return save(bench_figure(rows, device, peaks), path)

@@ -205,7 +205,7 @@ def explain(shape: str = typer.Option("3x3x3", "--shape", "-s", metavar="JxKxL",
             out: str = typer.Option("explain.svg", metavar="FILE", help="output file: .svg, .png or .pdf.")):
     """Draw the slides' tiled example from a trace: per block and phase, the tiles loaded,
     the shared-tile contents (zero-filled cells grey), and the threads that store P."""
-    from ..analysis.explain import check_explain, explain_figure
+    from ..analysis.explain import check_explain, explain_figure, summary_pages
     dims = parse_shape(shape, batch=False)
     path = writable(out, (".svg", ".png", ".pdf"))
     view = check_explain(dims, tile)
@@ -213,9 +213,12 @@ def explain(shape: str = typer.Option("3x3x3", "--shape", "-s", metavar="JxKxL",
     tr = _traced("tiled", dims, tile, "explain")
     with progress_bar() as progress:
         task = progress.add_task("drawing", total=None)
-        explain_figure(tr, path, view=view,
-                       progress=lambda done, total: progress.update(task, completed=done, total=total))
-    console.print(escape(f"wrote {path} ({view} view)"))
+        paths = explain_figure(tr, path, view=view,
+                               progress=lambda done, total: progress.update(task, completed=done, total=total))
+    pages = summary_pages(dims, tile) if view == "summary" else 1
+    console.print(escape(f"wrote {path} ({view} view)" if pages == 1 else
+                         f"wrote {path} ({view} view: an index, then {pages} pages"
+                         + (f" {paths[1].name} .. {paths[-1].name})" if len(paths) > 1 else " in the same file)")))
 
 
 @command()
@@ -228,26 +231,11 @@ def roofline(bench_json: Optional[str] = typer.Option(None, "--bench", metavar="
                                                        help="instead of the profile's peak (e.g. the measured "
                                                             "copy rate).")):
     """Roofline chart: each SIMT kernel at its modelled intensity and, with --bench, its measured rate."""
-    from .. import registry
-    from ..analysis.explain import roofline_figure
-    from ..analysis.model import bytes_per_flop
+    from ..analysis.explain import roofline_figure, roofline_points
     positive("--bandwidth", bandwidth)
     path = writable(out, (".png", ".svg", ".pdf"))
     d = _profile_or_device(profile)
-    measured = _measured(bench_json) if bench_json else {}
-    points = []
-    for s in registry.all_specs():
-        if s.make is None or s.block_tile is None:     # the SIMT kernels (what the model describes)
-            continue
-        seen = set()
-        for t in dict.fromkeys([s.default_tile, max(s.tiles, default=None)]):
-            i = 1 / bytes_per_flop(s.name, t)
-            if i in seen:
-                continue
-            seen.add(i)
-            label = s.name + (f" T{t}" if len(s.tiles) > 1 and len({bytes_per_flop(s.name, u) for u in s.tiles}) > 1
-                              else "")
-            points.append({"label": label, "intensity": i, "gflops": measured.get((s.name, t))})
+    points = roofline_points(_measured(bench_json) if bench_json else {})
     console.print(escape(f"wrote {roofline_figure(d, points, path, bandwidth)}"))
 
 
