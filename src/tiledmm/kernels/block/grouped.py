@@ -402,29 +402,32 @@ def launch(a, b, c, offs, layout: str, *, bias=None, act: str = "none", precisio
              ("B_KMAJOR", bool(b_kmajor)), ("PRECISION", precision if esize == 4 else "none"),
              ("ACC64", esize == 8), ("UPCAST", emulating() and esize == 2), ("HAS_BIAS", bias is not None),
              ("ACT", act))
+    # an absent offs or bias is fixed like the constexprs (a None pointer is one to Triton), not passed
+    flags += tuple((name, None) for name, t in (("offs_ptr", offs), ("bias_ptr", bias)) if t is None)
     fk = fast(grouped_kernel, tuple({**meta, "num_warps": warps, "num_stages": stages}.items()), flags)
     grid = (max(1, min(num_sms(index_of(c)), tiles)),)
+    tensors = [t for t in (a, b, c, offs, bias) if t is not None]
     if emulating():
-        _interpret(fk, grid, a, b, c, offs, bias, (G, M, N, K, *sa, *sb, *sc, *sx))
+        _interpret(fk, grid, tensors, (G, M, N, K, *sa, *sb, *sc, *sx))
     else:
-        fk(grid, a, b, c, offs, bias, G, M, N, K, *sa, *sb, *sc, *sx)
+        fk(grid, *tensors, G, M, N, K, *sa, *sb, *sc, *sx)
     _last.update(config={**meta, "num_warps": warps, "num_stages": stages}, tma=bool(tma), grid=grid[0])
 
 
 _last: dict = {}    # the last launch's config, whether it read through TMA, its grid (for tests and reports)
 
 
-def _interpret(fk, grid, a, b, c, offs, bias, ints) -> None:
+def _interpret(fk, grid, tensors, ints) -> None:
     """The launch in Triton's interpreter: operands at distinct addresses (it keys its copies of them
     by address: two storages at one address clash), IEEE arithmetic without numpy's warnings (NaN and
     Inf inputs are legal: they propagate)."""
     import numpy as np
     seen: set = set()
     ops = []
-    for t in (a, b, c, offs, bias):
-        if t is not None and t.numel() and t.data_ptr() in seen:
+    for t in tensors:
+        if t.numel() and t.data_ptr() in seen:
             t = t.clone()
-        if t is not None and t.numel():
+        if t.numel():
             seen.add(t.data_ptr())
         ops.append(t)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
