@@ -462,15 +462,16 @@ from tiledmm.kernels.block import grouped as K
 fn = K.grouped_kernel
 names = fn.arg_names
 out = []
-for layout, a_k, b_k, cfg in json.loads(sys.argv[1]):
+for layout, a_k, b_k, cfg, dtype in json.loads(sys.argv[1]):
     cfg = dict(cfg)
     warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
     tma = cfg.pop("TMA")
-    const = dict(cfg, LAYOUT=K.LAYOUTS[layout], TMA=tma, A_KMAJOR=a_k, B_KMAJOR=b_k, PRECISION="none",
-                 ACC64=False, UPCAST=False, HAS_BIAS=True, ACT="silu")
+    const = dict(cfg, LAYOUT=K.LAYOUTS[layout], TMA=tma, A_KMAJOR=a_k, B_KMAJOR=b_k,
+                 PRECISION={"fp32": "ieee", "fp64": "ieee"}.get(dtype, "none"), ACC64=dtype == "fp64",
+                 UPCAST=False, HAS_BIAS=True, ACT="silu")
     if layout == "batch":
         const["offs_ptr"] = None
-    sig = {n: ("*bf16" if n in ("a_ptr", "b_ptr", "c_ptr", "bias_ptr") else "*i32" if n == "offs_ptr" else "i32")
+    sig = {n: ("*" + dtype if n in ("a_ptr", "b_ptr", "c_ptr", "bias_ptr") else "*i32" if n == "offs_ptr" else "i32")
            for n in names}
     sig.update({k: "constexpr" for k in const})
     src = ASTSource(fn, sig, {(names.index(k),): v for k, v in const.items()})
@@ -486,13 +487,14 @@ print(json.dumps(out))
 def test_compiles_for_sm90_with_wgmma_and_tma():
     """The heuristic's main configs compile for sm_90 (this Triton's CUDA backend, on the CPU): wgmma on
     the 128-wide tiles, m64n16/n32 on the transposed small-group tiles, TMA loads, shared memory within
-    the H100's 227 KB; the pointer path compiles too."""
+    the H100's 227 KB; the pointer path compiles too, and float32 and float64 (multiply-adds)."""
     pytest.importorskip("triton.backends.nvidia")
     K_ = _kernel()
     C = K_.CONFIGS
-    jobs = [("m", True, True, dict(C["large"], TMA=True)), ("m", True, True, dict(C["tiny"], TMA=True)),
-            ("k", False, False, dict(C["k64"], TMA=True)), ("m", True, False, dict(C["small"], TMA=False)),
-            ("batch", True, True, dict(C["square"], TMA=True))]
+    jobs = [("m", True, True, dict(C["large"], TMA=True), "bf16"), ("m", True, True, dict(C["tiny"], TMA=True), "bf16"),
+            ("k", False, False, dict(C["k64"], TMA=True), "bf16"), ("m", True, False, dict(C["small"], TMA=False), "fp16"),
+            ("batch", True, True, dict(C["square"], TMA=True), "bf16"), ("n", True, False, K_.FP32["ieee"], "fp32"),
+            ("m", True, False, dict(K_.FP64, SWAP=0), "fp64")]
     env = dict(os.environ, TILEDMM_QUIET="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     r = subprocess.run([sys.executable, "-c", _COMPILE, json.dumps(jobs)], env=env, capture_output=True, text=True)
     if r.returncode and "ptxas" in r.stderr.lower():
@@ -504,6 +506,7 @@ def test_compiles_for_sm90_with_wgmma_and_tma():
     assert res[2]["wgmma"] == ["m64n128k16"] and res[2]["tma"]
     assert res[3]["wgmma"] == ["m64n32k16"] and not res[3]["tma"]
     assert res[4]["tma"]
+    assert not res[5]["wgmma"] and not res[6]["wgmma"]          # exact float32 and float64: multiply-adds
     assert all(x["shared"] <= 232448 for x in res)
 
 
@@ -521,9 +524,11 @@ def _skewed(G: int, M: int, seed: int, empty: float = 0.0) -> torch.Tensor:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout,dtype", [("m", torch.bfloat16), ("m", torch.float16), ("n", torch.bfloat16),
+                                          ("k", torch.bfloat16), ("batch", torch.float16)])
 def test_gpu_layouts_against_float64(layout, dtype):
+    """Skewed groups, a quarter of them empty, through the copy engine (the layouts MoE layers use: b
+    K-major, a weight gradient's xᵀ M-major), then contiguous operands with a bias and silu."""
     G, M, K, N = 8, 1000, 256, 384
     offs = _skewed(G, {"m": M, "n": N, "k": K, "batch": M}[layout], 1, empty=0.25).cuda()
     w = _t(G, N, K, dtype=dtype, seed=1) / 16
@@ -545,14 +550,25 @@ def test_gpu_layouts_against_float64(layout, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(["large", "square", "square4", "medium", "small", "tiny", "k64"]))
 def test_gpu_every_candidate_config(name):
+    """Every config of the table through the copy engine (the pointer path: the two small-group tiles)."""
     K_ = _kernel()
     a, w = _t(3000, 512, dtype=torch.bfloat16), _t(16, 640, 512, dtype=torch.bfloat16, seed=1) / 16
     offs = _skewed(16, 3000, 2, empty=0.1).cuda()
     ref = reference(a, w.mT, offs, "m")
-    for tma in (True, False):
+    for tma in (True, False) if name in ("small", "tiny") else (True,):
         c = torch.full(ref.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
         K_.launch(a, w.mT, c, offs, "m", config=dict(K_.CONFIGS[name], TMA=tma))
+        assert K_._last["tma"] == tma
         assert err(c, ref) < TOL[torch.bfloat16], (name, tma)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,precision", [(torch.float32, None), (torch.float32, "tf32"), (torch.float64, None)])
+def test_gpu_float32_and_float64(dtype, precision):
+    """The pointer path: exact float32 (multiply-adds), tf32, float64 (multiply-adds in float64)."""
+    a, b, offs = operands("m", dtype, M=300, K=72, N=40, ends=(50, 50, 230, 290))
+    got = tiledmm.grouped_matmul(a, b, offs, precision=precision)
+    assert err(got, reference(a, b, offs, "m")) < (3e-3 if precision == "tf32" else TOL[dtype])
 
 
 @pytest.mark.gpu

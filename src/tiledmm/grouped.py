@@ -24,7 +24,6 @@ modified. Differentiable (``tiledmm.ops``' operator ``torch.ops.tiledmm.grouped_
 """
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 from . import _backend
@@ -187,11 +186,4 @@ def grouped_matmul(a, b, offs=None, *, out_dtype=None, bias=None, activation: st
     return out
 
 
-def flops(layout: str, a_shape: tuple, b_shape: tuple, offs_len: int = 0) -> int:
-    """2 x the multiply-adds of a grouped product whose offsets cover their whole extent (for reports)."""
-    if layout == "batch":
-        return 2 * math.prod(a_shape) * b_shape[-1]
-    return 2 * a_shape[-2] * a_shape[-1] * b_shape[-1]
-
-
-__all__ = ["grouped_matmul", "check", "compute", "Problem", "flops"]
+__all__ = ["grouped_matmul", "check", "compute", "Problem"]
