@@ -10,7 +10,8 @@ Routings: skewed (group sizes proportional to u^2, u uniform), uniform, and skew
 
 1. sweep (first, printed as it goes): on each shape's skewed routing, every config of SWEEP through the kernel's
    launch (kernels/block/grouped.py), its time and its error against torch._grouped_mm's result; the winner per
-   shape is printed (to pick CONFIGS / heuristic from).
+   shape is printed (to pick CONFIGS / heuristic from); then the configs of the weight gradient's layout (K
+   grouped) on the MoE block's dW shape, with torch._grouped_mm's time.
 2. per shape and routing: the error per group against float64 (max over groups of ||C_g - ref_g|| / ||ref_g||,
    output poisoned with NaN first), then times -- tiledmm.grouped_matmul (the heuristic's config, the public
    call), the sweep's winner (the kernel's launch), torch._grouped_mm, a loop of torch.mm over the groups (sizes
@@ -140,6 +141,42 @@ def sweep(shapes, quick: bool) -> dict:
     return best
 
 
+SWEEP_K = {     # the weight gradient's layout (K grouped): the MoE block's backward
+    "128x128x64 w8 s3": GK.config(128, 128, 64, 8, 3),
+    "128x128x64 w4 s4": GK.config(128, 128, 64, 4, 4),
+    "128x256x64 w8 s3": GK.config(128, 256, 64, 8, 3),
+    "256x128x64 w8 s3": GK.config(256, 128, 64, 8, 3),
+    "128x128x128 w8 s3": GK.config(128, 128, 128, 8, 3),
+}
+
+
+def sweep_k(smoke: bool) -> None:
+    """The weight gradient of the MoE block's gate projection, dW_g = x_gᵀ dy_g (64 experts, 32768 routed rows,
+    2048 x 1408), for every SWEEP_K config and torch._grouped_mm."""
+    E, T, d, H = (8, 64, 32, 16) if smoke else (64, 32768, 2048, 1408)
+    g = torch.Generator(device=dev()).manual_seed(3)
+    x = torch.randn(T, d, device=dev(), generator=g, dtype=torch.bfloat16)
+    dy = torch.randn(T, H, device=dev(), generator=g, dtype=torch.bfloat16)
+    offs = torch.cumsum(sizes_for("skewed", E, T, 4), 0).to(torch.int32).to(dev())
+    want = torch._grouped_mm(x.mT, dy, offs=offs)
+    flop = 2 * T * d * H
+    configs = {"16x16x16": GK.config(16, 16, 16, 4, 1)} if tiledmm.emulating() else SWEEP_K
+    print(f"sweep, weight gradient (K grouped): {E} experts, {T} rows, {d} x {H}", flush=True)
+    for name, cfg in configs.items():
+        out = torch.full((E, d, H), float("nan"), device=dev(), dtype=torch.bfloat16)
+        try:
+            GK.launch(x.mT, dy, out, offs, "k", config=cfg)
+            e = rel(out, want)
+            ms = timed(lambda: GK.launch(x.mT, dy, out, offs, "k", config=cfg))
+        except Exception as exc:       # noqa: BLE001
+            print(f"    {name:<24} failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}", flush=True)
+            continue
+        print(f"    {name:<24} {ms:8.3f} ms {flop / ms / 1e9:7.1f}  err {e:.1e}{'' if e < TOL else ' WRONG'}"
+              f"{'' if GK._last.get('tma') else ' (no TMA)'}", flush=True)
+    ms = timed(lambda: torch._grouped_mm(x.mT, dy, offs=offs))
+    print(f"    {'torch._grouped_mm':<24} {ms:8.3f} ms {flop / ms / 1e9:7.1f}", flush=True)
+
+
 def bench_shape(i, shape, routing, best: dict) -> dict:
     G, M, K, N = shape
     x, w = operands(G, M, K, N, seed=i)
@@ -237,6 +274,8 @@ def main() -> int:
         print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     t_start = time.time()
     best = {} if args.no_sweep else sweep(shapes, args.quick_sweep)
+    if not args.no_sweep and not args.no_moe:
+        sweep_k(smoke)
     rows = []
     for i, shape in enumerate(shapes):
         for routing in ROUTINGS:
