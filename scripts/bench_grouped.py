@@ -137,7 +137,6 @@ def sweep(shapes, quick: bool) -> dict:
                 best[i] = (name, ms)
         if i in best:
             print(f"  winner for shape {i}: {best[i][0]}", flush=True)
-        del x, w, out, want
     return best
 
 
@@ -305,7 +304,8 @@ def main() -> int:
         base = blocks[0]["ms"]
         print("\n== MoE experts block, forward + backward (64 experts, top-2, 16384 tokens, d 2048, hidden 1408) ==")
         for b in blocks:
-            print(f"{b['name']:<20} {b['ms']:8.3f} ms  x torch {base / b['ms']:.2f}  max rel diff {b.get('diff', 0):.1e}")
+            print(f"{b['name']:<20} {b['ms']:8.3f} ms  x torch {base / b['ms']:.2f}  "
+                  f"max rel diff {b.get('diff', 0):.1e}")
     print("targets: >= 1.05x torch._grouped_mm everywhere; >= 5x the loop at 128 experts; MoE block >= 1.0x")
     return 0 if ok else 1
 

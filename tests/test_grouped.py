@@ -491,8 +491,10 @@ def test_compiles_for_sm90_with_wgmma_and_tma():
     pytest.importorskip("triton.backends.nvidia")
     K_ = _kernel()
     C = K_.CONFIGS
-    jobs = [("m", True, True, dict(C["large"], TMA=True), "bf16"), ("m", True, True, dict(C["tiny"], TMA=True), "bf16"),
-            ("k", False, False, dict(C["k64"], TMA=True), "bf16"), ("m", True, False, dict(C["small"], TMA=False), "fp16"),
+    jobs = [("m", True, True, dict(C["large"], TMA=True), "bf16"),
+            ("m", True, True, dict(C["tiny"], TMA=True), "bf16"),
+            ("k", False, False, dict(C["k64"], TMA=True), "bf16"),
+            ("m", True, False, dict(C["small"], TMA=False), "fp16"),
             ("batch", True, True, dict(C["square"], TMA=True), "bf16"), ("n", True, False, K_.FP32["ieee"], "fp32"),
             ("m", True, False, dict(K_.FP64, SWAP=0), "fp64")]
     env = dict(os.environ, TILEDMM_QUIET="1", PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -543,8 +545,9 @@ def test_gpu_layouts_against_float64(layout, dtype):
     got = tiledmm.grouped_matmul(a, b, offs)
     assert err(got, reference(a, b, offs, layout)) < TOL[dtype]
     assert _kernel()._last["tma"], "the copy-engine path on Hopper"
-    got = tiledmm.grouped_matmul(a.contiguous(), b.contiguous(), offs, bias=_bias(layout, a, b, offs), activation="silu")
-    assert err(got, reference(a, b, offs, layout, _bias(layout, a, b, offs), "silu")) < TOL[dtype]
+    bias = _bias(layout, a, b, offs)
+    got = tiledmm.grouped_matmul(a.contiguous(), b.contiguous(), offs, bias=bias, activation="silu")
+    assert err(got, reference(a, b, offs, layout, bias, "silu")) < TOL[dtype]
 
 
 @pytest.mark.gpu

@@ -101,8 +101,9 @@ def check(a, b, offs=None, bias=None, out_dtype=None, act: str = "none", out=Non
         want = (N,) if layout == "n" else (G, N)
         if not isinstance(bias, torch.Tensor) or tuple(bias.shape) != want or not bias.is_floating_point() or \
                 bias.device != a.device:
-            raise TiledmmError(f"bias must be a float tensor of shape {want} on {a.device} (one "
-                               f"{'value per column' if layout == 'n' else 'row per group'}); got {_what(bias, 'bias')}")
+            what = "value per column" if layout == "n" else "row per group"
+            raise TiledmmError(f"bias must be a float tensor of shape {want} on {a.device} (one {what}); "
+                               f"got {_what(bias, 'bias')}")
     if out_dtype is not None and out_dtype not in _DTYPES:
         raise TiledmmError(f"out_dtype must be one of float32, float64, float16, bfloat16; got {out_dtype!r}")
     dtype = out_dtype or (out.dtype if isinstance(out, torch.Tensor) else a.dtype)
