@@ -136,18 +136,18 @@ def test_copy_engine_path_in_the_interpreter(layout):
     dtype = torch.float16
     if layout == "m":
         a, b = _t(40, 16, dtype=dtype), _t(3, 24, 16, dtype=dtype, seed=1).mT     # b K-major: a MoE weight
-        offs = torch.tensor([5, 5, 37], dtype=torch.int32)
+        offs = torch.tensor([5, 5, 37], dtype=torch.int32, device=DEV)
     elif layout == "n":
         a, b = _t(3, 24, 16, dtype=dtype), _t(40, 16, dtype=dtype, seed=1).T       # b K-major
-        offs = torch.tensor([5, 5, 37], dtype=torch.int32)
+        offs = torch.tensor([5, 5, 37], dtype=torch.int32, device=DEV)
     elif layout == "k":
         a, b = _t(40, 16, dtype=dtype).T, _t(40, 24, dtype=dtype, seed=1)          # xᵀ @ dy: a weight gradient
-        offs = torch.tensor([5, 5, 37], dtype=torch.int32)
+        offs = torch.tensor([5, 5, 37], dtype=torch.int32, device=DEV)
     else:
         a, b, offs = _t(3, 24, 16, dtype=dtype), _t(3, 24, 16, dtype=dtype, seed=1).mT, None
     assert K_.tma_fits(a, b, layout)
     ref = reference(a, b, offs, layout)
-    c = torch.full(ref.shape, float("nan"), dtype=dtype)
+    c = torch.full(ref.shape, float("nan"), dtype=dtype, device=DEV)
     K_.launch(a, b, c, offs, layout, config={"TMA": True})
     assert K_._last["tma"]
     assert err(c, ref) < TOL[dtype]
@@ -171,9 +171,9 @@ def test_small_group_path_transposed_tile(tma):
     K_ = _kernel()
     dtype = torch.float16
     a, b = _t(20, 16, dtype=dtype), _t(9, 32, 16, dtype=dtype, seed=1).mT
-    offs = torch.tensor([1, 1, 4, 6, 6, 9, 11, 14, 17], dtype=torch.int32)
+    offs = torch.tensor([1, 1, 4, 6, 6, 9, 11, 14, 17], dtype=torch.int32, device=DEV)
     ref = reference(a, b, offs, "m")
-    c = torch.full(ref.shape, float("nan"), dtype=dtype)
+    c = torch.full(ref.shape, float("nan"), dtype=dtype, device=DEV)
     K_.launch(a, b, c, offs, "m", config=dict(K_.CONFIGS["tiny"], BLOCK_N=16, BLOCK_K=16, TMA=tma))
     assert K_._last["config"]["SWAP"] == 1 and K_._last["tma"] == tma
     assert err(c, ref) < TOL[dtype]
@@ -350,7 +350,7 @@ def test_enable_routes_torch_grouped_mm():
     assert s["to_torch"] == {"grouped_mm: dtype torch.float64": 1}
     assert err(y, reference(a, b, offs, "m")) < 1e-5
     ones = torch.ones(11, 9, dtype=torch.float64)
-    torch.testing.assert_close(a.grad.double(), reference(ones, b.mT, offs, "m"), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a.grad.double().cpu(), reference(ones, b.mT, offs, "m"), rtol=1e-5, atol=1e-5)
 
 
 def test_enable_leaves_bias_and_autocast_to_torch():
