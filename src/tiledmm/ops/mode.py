@@ -24,7 +24,7 @@ from torch.overrides import TorchFunctionMode
 
 from .. import _backend
 from .._arrays import TiledmmError
-from . import _impl, _library
+from . import _grouped, _impl, _library
 
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -137,6 +137,8 @@ _ROUTES = {
     # one torch function whose projections run inside it, where this mode cannot see them: counted, to say so
     F.multi_head_attention_forward: ("multi_head_attention", lambda args, kw: (None, "its projections run in torch")),
 }
+if hasattr(torch, "_grouped_mm"):      # Mixture-of-Experts layers' grouped products (ops/_grouped.py)
+    _ROUTES[torch._grouped_mm] = ("grouped_mm", _grouped.route)
 
 
 def _autocast(args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -1,6 +1,6 @@
 """Block kernels in Triton (and Gluon): the fast path.
 
-Importing the family registers the ``triton`` kernel with what a call is checked against -- its
+Importing the family registers the ``triton`` kernel (and ``triton-grouped``, ``grouped.py``'s) with what a call is checked against -- its
 dtypes, options and the precision check -- and imports nothing of Triton. The dispatcher
 (``matmul.py``), the short path (``shortpath.py``) and Triton itself (about 0.2 s to import) load
 on the spec's first launch or short-path plan, or earlier in a thread: ``load`` is the spec's
@@ -77,4 +77,21 @@ SPEC: KernelSpec = register(KernelSpec(
     options=("precision", "variant", "config"), emulation_limit=2 ** 24, order=50,
     check_options=lambda dtype, opts: check_precision(dtype, opts.get("precision")),
     fast_plan=_fast_plan, preload=load,
+    block_tile=lambda tile: (tile or 128, tile or 128)))
+
+
+def _grouped_launch(a, b, c, **kw) -> None:
+    from . import grouped
+    grouped.launch_spec(a, b, c, **kw)
+
+
+# The grouped kernel (grouped.py; tiledmm.grouped_matmul's, for Mixture-of-Experts layers) in the matmul
+# contract: a plain or batched product as equal groups, so the harness, the fuzzer and the benchmark reach it.
+GROUPED_SPEC: KernelSpec = register(KernelSpec(
+    name="triton-grouped", family="block",
+    summary="Triton grouped GEMM (Mixture-of-Experts, tiledmm.grouped_matmul): one persistent launch walks every "
+            "group's tiles, offsets read on the device; here a plain or batched product as equal groups",
+    dtypes=BLOCK_DTYPES + ("float64",), launch=_grouped_launch, batched=True, casts_out=True,
+    options=("precision", "config"), emulation_limit=2 ** 18, order=55,
+    check_options=lambda dtype, opts: check_precision(dtype, opts.get("precision")),
     block_tile=lambda tile: (tile or 128, tile or 128)))
