@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from .. import grouped as G
+from .. import _grouped_core as G
 from . import _impl
 
 LIB = torch.library.Library("tiledmm", "FRAGMENT")
@@ -205,5 +205,5 @@ def route(args, kwargs):
         return None, "shapes"
     if _backend.emulating() and p.work > _backend.emulation_limit(G.EMULATION_LIMIT):
         return None, "over the emulation limit"
-    from .mode import _precision
+    from ._impl import float32_precision as _precision
     return grouped(a, b, offs, None, kw.get("out_dtype"), "none", _precision(a.dtype)), None

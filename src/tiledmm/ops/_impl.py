@@ -20,6 +20,15 @@ BIAS_ALONG = {-1: 1, -2: 2}          # bias_dim -> the kernel's BIAS mode (1: al
 _FUSED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 
 
+def float32_precision(dtype) -> str | None:
+    """float32 follows torch's own setting: tf32 where torch would use it for matmuls (GPU only); None
+    for the other dtypes (the routed layers of ``enable()`` and of the grouped product ask here)."""
+    import torch
+    if dtype != torch.float32 or _backend.emulating():
+        return None
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else None
+
+
 def check_activation(act) -> str:
     """The activation's canonical name; None means "none"."""
     name = "none" if act is None else act

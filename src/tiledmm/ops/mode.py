@@ -29,11 +29,7 @@ from . import _grouped, _impl, _library
 _DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def _precision(dtype) -> str | None:
-    """float32 follows torch's own setting: tf32 where torch would use it for matmuls (GPU only)."""
-    if dtype != torch.float32 or _backend.emulating():
-        return None
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 else None
+_precision = _impl.float32_precision     # float32 follows torch's own tf32 setting
 
 
 def _unsupported(a, b, c=None, bias=None, bias_dim=-1) -> str | None:
