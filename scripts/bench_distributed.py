@@ -150,7 +150,8 @@ TOL = {torch.bfloat16: 1.5e-2, torch.float32: 2e-5, torch.float64: 1e-10}
 
 # -- 1. bandwidth --------------------------------------------------------------------------------------------
 def bandwidth(grid, pair_grid, sizes, results) -> dict:
-    """Per pattern: [(bytes, seconds)] and the fitted link; printed as a table."""
+    """Per pattern: [(bytes, seconds)] and the fitted link; printed as a table. Every time is the slowest
+    rank's, so every rank fits the same links."""
     sweep = {}
     row_src = grid.global_rank(grid.row, 0)
     col_src = grid.global_rank(0, grid.col)
@@ -311,10 +312,12 @@ def gemm_rates(S, grid, dtype, gemms, results) -> dict:
             p1 = time_calls(lambda: gm(a, b, c, 1.0, 1.0), batches=3, warmup=1)
         except Exception as e:       # noqa: BLE001
             say(f"  {name}: FAILED {type(e).__name__}: {e}")
-            continue
+            whole = p0 = p1 = -1.0
         t = torch.tensor([whole, p0, p1], dtype=torch.float64, device=d)
-        dist.broadcast(t, src=0)
+        dist.broadcast(t, src=0)            # every rank goes on with rank 0's numbers (or none)
         whole, p0, p1 = (float(x) for x in t)
+        if whole <= 0:
+            continue
         c_bytes = mr * nc * A.element_size()
         out[name] = {"whole_ms": whole, "tflops": 2 * S ** 3 / (whole * 1e-3) / 1e12, "panel": [mr, w, nc],
                      "panel_beta0_ms": p0, "panel_beta1_ms": p1,
@@ -579,13 +582,29 @@ def tp_cases(group_ranks, group, P, dtype, gemms, results, fused=True):
     return out
 
 
+def fitted_panels(S, grid, dtype, fits, rates):
+    """The panel schedule the model picks with this run's fitted links and GEMM rate (tiledmm); None when
+    the fits are missing. Computed alike on every rank (the fits and rates were shared)."""
+    panels = None
+    if dist.get_rank() == 0:
+        mach = machine_for({"gemm": "tiledmm", "engine": "nccl", "gpus": grid.pr * grid.pc}, fits, rates, dtype)
+        if mach is not None:
+            elem = torch.empty((), dtype=dtype).element_size()
+            panels = M.summa_panels(S, S, S, grid.pr, grid.pc, elem=elem, machine=mach)
+    box = [panels]
+    dist.broadcast_object_list(box, src=0)       # one schedule on every rank
+    return box[0]
+
+
 # -- 5. the model next to the measurements ---------------------------------------------------------------------
 def machine_for(res, fits, rates, dtype) -> M.Machine | None:
     gm = rates.get(res.get("gemm"))
     if not gm:
         return None
     pass_gbs = gm.get("c_pass_gbs") or 1e6
-    base = M.Machine(gemm_tflops=gm["tflops"], c_pass_gbs=pass_gbs, gpus_per_node=max(8, R["world"]))
+    sms = R["doc"].get("environment", {}).get("sms") or 0
+    rate = gm["tflops"] * ((sms - res["margin"]) / sms if res.get("margin") and sms else 1.0)   # SMs left to NCCL
+    base = M.Machine(gemm_tflops=rate, c_pass_gbs=pass_gbs, gpus_per_node=max(8, R["world"]))
     algo = res.get("algo", "summa")
     w = res["gpus"]
     if algo == "summa":
@@ -676,7 +695,9 @@ def main():
     ap.add_argument("--cpu", action="store_true", help="gloo ranks on the CPU, toy sizes: the control flow only")
     ap.add_argument("--summa", type=int, default=None, help="SUMMA size S (S^3)")
     ap.add_argument("--per-rank", type=int, default=None, help="per-rank block for the TP patterns")
-    ap.add_argument("--sm-margins", default="16", help="extra SUMMA runs with these TILEDMM_SM_MARGIN values")
+    ap.add_argument("--sm-margins", default="8,16", help="extra SUMMA runs with these TILEDMM_SM_MARGIN values")
+    ap.add_argument("--nccl-ctas", type=int, default=4,
+                    help="and with the row/column communicators capped to this many CTAs (where margin >= 2x)")
     ap.add_argument("--skip", action="append", default=[],
                     help="bandwidth, rates, summa, summa2, margins, tp, tp2, profile")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -721,9 +742,9 @@ def main():
     capped = None
     if R["gpu"] and "margins" not in args.skip:
         try:
-            capped = D.Grid.make(max_ctas=8)
+            capped = D.Grid.make(max_ctas=args.nccl_ctas)
         except Exception as e:     # noqa: BLE001
-            say(f"NCCL communicators capped to 8 CTAs not made: {type(e).__name__}: {e}")
+            say(f"NCCL communicators capped to {args.nccl_ctas} CTAs not made: {type(e).__name__}: {e}")
     say(f"grid {grid.pr}x{grid.pc}; making its row and column communicators and their first broadcast: "
         f"{first_ms:.0f} ms (once per process) {stamp()}")
     results.append({"case": "first use", "ms": None, "first_broadcast_ms": first_ms})
@@ -757,6 +778,10 @@ def main():
             summa_case(f"summa {w} nccl", grid, S, A, B, dtype, "tiledmm", results, timeline=True, profile=prof)
             summa_case(f"summa {w} nccl prepared", grid, S, A, B, dtype, "tiledmm", results, prepared=True)
             summa_case(f"summa {w} nccl depth 3", grid, S, A, B, dtype, "tiledmm", results, depth=3)
+            fitted = fitted_panels(S, grid, dtype, fits, rates)
+            if fitted and fitted != D.summa_panels((S, S, S), grid, None, dtype=dtype):
+                summa_case(f"summa {w} nccl panels of the fitted model", grid, S, A, B, dtype, "tiledmm", results,
+                           panel=[p1 - p0 for p0, p1 in fitted])
             summa_case(f"summa {w} symm", grid, S, A, B, dtype, "tiledmm", results, engine="symm", timeline=True,
                        profile=prof)
             summa_case(f"summa {w} symm prepared", grid, S, A, B, dtype, "tiledmm", results, engine="symm",
@@ -768,9 +793,9 @@ def main():
                     say(f"  TILEDMM_SM_MARGIN={mg}: {set_sm_margin(mg)}")
                     summa_case(f"summa {w} nccl SM margin {mg}", grid, S, A, B, dtype, "tiledmm", results,
                                margin=mg, timeline=True)
-                    if capped is not None:
-                        summa_case(f"summa {w} nccl margin {mg} NCCL<=8 CTAs", capped, S, A, B, dtype, "tiledmm",
-                                   results, margin=mg)
+                    if capped is not None and mg >= 2 * args.nccl_ctas:
+                        summa_case(f"summa {w} nccl margin {mg} NCCL<={args.nccl_ctas} CTAs", capped, S, A, B,
+                                   dtype, "tiledmm", results, margin=mg, timeline=True)
                 say(f"  TILEDMM_SM_MARGIN back to {env['sm_margin_at_start'] or 0}: "
                     f"{set_sm_margin(int(env['sm_margin_at_start'] or 0))}")
         if "summa2" not in args.skip and w > 2:

@@ -61,6 +61,13 @@ def available(group=None) -> str:
     return _why[name]
 
 
+def check_device(device: torch.device) -> None:
+    """A TiledmmError unless ``device`` can hold symmetric memory (a CUDA device)."""
+    if device.type != "cuda":
+        raise TiledmmError(f"engine 'symm' needs CUDA tensors, not {device.type} ones (on the CPU: engine 'nccl', "
+                           "which runs gloo)")
+
+
 class _Space:
     """A symmetric buffer of ``nbytes`` on every rank of the group and its handle."""
 

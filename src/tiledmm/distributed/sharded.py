@@ -51,8 +51,8 @@ def allgather_matmul(a_shard: torch.Tensor, b_local: torch.Tensor, m: Optional[i
     _check_local("a_shard", a_shard, (r1 - r0, kk))
     if b_local.dim() != 2 or b_local.shape[0] != kk or b_local.dtype != a_shard.dtype:
         raise TiledmmError(f"b_local must be {kk}x? {a_shard.dtype}; got {tuple(b_local.shape)} {b_local.dtype}")
-    if engine == "symm" and a_shard.device.type != "cuda":
-        raise TiledmmError("engine 'symm' needs CUDA tensors (on the CPU: engine 'nccl', which runs gloo)")
+    if engine == "symm":
+        _symm.check_device(a_shard.device)
     n = b_local.shape[1]
     out = out if out is not None else torch.empty(m, n, dtype=a_shard.dtype, device=a_shard.device)
     _check_local("out", out, (m, n))
@@ -118,8 +118,9 @@ def _allgather_symm(st, a_shard, b_local, out, m, nch, group, gemm) -> None:
     space = _symm.space(group, _symm.align(mm * kk * elem), a_shard.device, "allgather")
     if r1 > r0:
         space.view(me, 0, (r1 - r0, kk), a_shard.dtype).copy_(a_shard)
-    space.barrier(0)                              # every shard in place before any read
-    st.comm.wait_stream(st.compute)
+    st.follow(st.comm, st.compute)
+    with st.on(st.comm):
+        space.barrier(0)                          # every shard in place before any read; the own product goes on
     recv = torch.empty(max(m, 1), kk, dtype=a_shard.dtype, device=a_shard.device)
     pieces = []
     for step in range(1, w):                      # every read queued now, in the order they are multiplied
@@ -138,7 +139,7 @@ def _allgather_symm(st, a_shard, b_local, out, m, nch, group, gemm) -> None:
     for src, g0, g1, h in pieces:
         _land(st, h)
         _gemm_call(st, gemm, recv[g0:g1], b_local, out[g0:g1], 1.0, 0.0, f"gemm rank {src} rows[{g0}:{g1}]")
-    st.compute.wait_stream(st.comm)
+    st.follow(st.compute, st.comm)
     space.barrier(0)                              # every peer has read this rank's shard
 
 
@@ -184,8 +185,8 @@ def matmul_reducescatter(a_local: torch.Tensor, b_local: torch.Tensor, *, group=
     m, kr = a_local.shape
     if b_local.dim() != 2 or b_local.shape[0] != kr or b_local.dtype != a_local.dtype:
         raise TiledmmError(f"b_local must be {kr}x? {a_local.dtype}; got {tuple(b_local.shape)} {b_local.dtype}")
-    if engine == "symm" and a_local.device.type != "cuda":
-        raise TiledmmError("engine 'symm' needs CUDA tensors (on the CPU: engine 'nccl', which runs gloo)")
+    if engine == "symm":
+        _symm.check_device(a_local.device)
     n = b_local.shape[1]
     r0, r1 = block_range(m, w, me)
     out = out if out is not None else torch.empty(r1 - r0, n, dtype=a_local.dtype, device=a_local.device)
@@ -272,7 +273,7 @@ def _reducescatter_symm(st, a_local, b_local, out, nch, group, gemm) -> None:
         _gemm_call(st, gemm, a_local[r0:r1], b_local, mine[me, :r1 - r0], 1.0, 0.0, "gemm own rows")
     with st.on(st.comm):
         space.barrier(0)                          # every rank's writes into this rank's buffer are done
-    st.compute.wait_stream(st.comm)
+    st.follow(st.compute, st.comm)
     if r1 > r0:
         torch.sum(mine[:, :r1 - r0], dim=0, out=out)
 

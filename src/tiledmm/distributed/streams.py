@@ -73,6 +73,11 @@ class _Streams:
         if self.gpu and ev is not None:
             stream.wait_event(ev)
 
+    def follow(self, waiter, waited) -> None:
+        """Stream ``waiter`` waits for everything queued on ``waited`` so far (nothing to do on the CPU)."""
+        if self.gpu:
+            waiter.wait_stream(waited)
+
     def host_ms(self) -> float:
         return (time.perf_counter() - self.h0) * 1e3
 

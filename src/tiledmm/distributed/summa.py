@@ -131,8 +131,7 @@ def prepare_summa(a_local: torch.Tensor, b_local: torch.Tensor, shape: tuple, *,
     elem = a_local.element_size()
     space = None
     if engine == "symm":
-        if a_local.device.type != "cuda":
-            raise TiledmmError("engine 'symm' needs CUDA tensors")
+        _symm.check_device(a_local.device)
         _, nbytes = lay.symm_bytes(elem)
         space = _symm._Space(grid.group, nbytes, a_local.device)
     a_panels = {}
@@ -202,8 +201,8 @@ def summa(a_local, b_local: Optional[torch.Tensor], shape: tuple, *, grid: Optio
         _check_blocks(lay, a_local, b_local)
     a_dtype = ops.dtype if ops else a_local.dtype
     device = ops.device if ops else a_local.device
-    if engine == "symm" and device.type != "cuda":
-        raise TiledmmError("engine 'symm' needs CUDA tensors (on the CPU: engine 'nccl', which runs gloo)")
+    if engine == "symm":
+        _symm.check_device(device)
     if out is None:
         out = torch.empty(lay.mr, lay.nc, dtype=a_dtype, device=device)
     else:
@@ -267,7 +266,8 @@ class _Summa:
 
     def stage_in(self) -> None:
         """symm with plain blocks: this rank's blocks into its symmetric buffer (A panel by panel), then
-        a barrier: every rank's blocks are in place before any read."""
+        a barrier on the row stream (the reads wait for it, the products do not): every rank's blocks
+        are in place before any read."""
         if self.space is None or self.ops is not None:
             return
         lay, sp = self.lay, self.space
@@ -277,9 +277,11 @@ class _Summa:
         if self.b_local.numel():
             sp.view(sp.rank, lay.b_offset(lay.br0, lay.grid.row, self.elem), tuple(self.b_local.shape),
                     self.dtype).copy_(self.b_local)
-        sp.barrier(0)
-        for s in self.st.comms.values():
-            s.wait_stream(self.st.compute)
+        row, col = self.st.comms["row"], self.st.comms["col"]
+        self.st.follow(row, self.st.compute)
+        with self.st.on(row):
+            sp.barrier(0)
+        self.st.follow(col, row)
         self.b_local = sp.view(sp.rank, lay.b_offset(lay.br0, lay.grid.row, self.elem), tuple(self.b_local.shape),
                                self.dtype)
 
