@@ -299,7 +299,7 @@ def test_model_fit_link_recovers_the_parameters():
 
 def test_tp_chunks_is_the_model_minimum():
     c = M.tp_chunks(32768, 8192, 8192, 4, algo="reducescatter")
-    t = {k: M.matmul_reducescatter_time(32768, 8192, 8192, 4, chunks=k).ms for k in range(1, 9)}
+    t = {k: M.matmul_reducescatter_time(32768, 8192, 8192, 4, chunks=k).ms for k in range(1, 5)}
     assert t[c] == pytest.approx(min(t.values()))
 
 

@@ -24,6 +24,7 @@ defaults, never on a rank's own measurements. ``fit_link`` fits a link to measur
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
@@ -263,14 +264,22 @@ def _summa_pipeline(panels, pr, pc, mr, nc, la, lb, mach, elem, depth, engine):
 
 def summa_panels(m: int, k: int, n: int, pr: int, pc: int, *, elem: int = 2, depth: int = 2,
                  machine: Optional[Machine] = None, engine: str = "nccl") -> list:
+    """(``_summa_panels``, remembered: a product's schedule is chosen once, not at every call.)"""
+    return list(_summa_panels(int(m), int(k), int(n), int(pr), int(pc), int(elem), max(1, int(depth)),
+                              machine or Machine(), engine))
+
+
+@functools.lru_cache(maxsize=1024)
+def _summa_panels(m: int, k: int, n: int, pr: int, pc: int, elem: int, depth: int, machine: Machine,
+                  engine: str) -> tuple:
     """SUMMA's default panel schedule [(p0, p1), ...]: of the candidates (whole blocks, uniform widths,
     a small first panel growing geometrically), the one the model predicts fastest (ties: fewer panels).
     A small first panel is cheap to wait for; later, wider panels hide under the products and keep the
     number of beta = 1 passes over C low."""
-    mach = machine or Machine()
+    mach = machine
     gpus = pr * pc
     if k <= 0:
-        return []
+        return ()
     mr, nc = -(-m // pr), -(-n // pc)
     _, _, _, _, la, lb = _summa_parts(m, k, n, gpus, mach, elem, engine)
     best = None
@@ -280,7 +289,7 @@ def summa_panels(m: int, k: int, n: int, pr: int, pc: int, *, elem: int = 2, dep
         key = (round(res["end"], 9), len(panels))
         if best is None or key < best[0]:
             best = (key, panels)
-    return best[1]
+    return tuple(best[1])
 
 
 def summa_time(m: int, k: int, n: int, gpus: int, *, machine: Optional[Machine] = None, elem: int = 2,
@@ -400,9 +409,15 @@ def matmul_reducescatter_time(m: int, k: int, n: int, gpus: int, *, chunks: int 
 
 
 def tp_chunks(m: int, k: int, n: int, gpus: int, *, algo: str = "allgather", machine: Optional[Machine] = None,
-              elem: int = 2, engine: str = "nccl", most: int = 8) -> int:
+              elem: int = 2, engine: str = "nccl", most: int = 4) -> int:
     """The chunk count the model predicts fastest for a tensor-parallel pattern (1..``most``; ties: fewer).
     Depends only on the problem and Machine's defaults, so every rank picks the same."""
+    return _tp_chunks(int(m), int(k), int(n), int(gpus), algo, machine or Machine(), int(elem), engine,
+                      int(most))
+
+
+@functools.lru_cache(maxsize=1024)
+def _tp_chunks(m, k, n, gpus, algo, machine, elem, engine, most) -> int:
     f = allgather_matmul_time if algo == "allgather" else matmul_reducescatter_time
     rows = -(-m // gpus)
     best = None
