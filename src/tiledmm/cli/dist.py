@@ -124,7 +124,7 @@ def parse_panel(text):
     except ValueError:
         raise TiledmmError(f"--panel {text!r}: auto, block, a width or widths like 1024,4096") from None
     if not ws or min(ws) < 1:
-        raise TiledmmError(f"--panel {text!r}: widths must be positive")
+        raise TiledmmError(f"--panel must be > 0, got {t}")
     return ws[0] if len(ws) == 1 else ws
 
 
@@ -374,7 +374,7 @@ def dist(nproc: int = typer.Option(2, "--nproc", "-n", metavar="N",
                                   help="local GEMM: tiledmm (default kernel), torch, or a kernel name with "
                                        "options after a colon (triton:variant=blocked)."),
          engine: str = typer.Option("nccl", metavar="nccl|symm",
-                                    help="how blocks travel: NCCL collectives, or copy-engine reads of torch's "
+                                    help="how blocks travel: NCCL collectives, or copy engine reads of torch's "
                                          "symmetric memory (GPUs)."),
          chunks: Optional[int] = typer.Option(None, metavar="N",
                                               help="row chunks for allgather and reducescatter (default: the "
@@ -387,7 +387,7 @@ def dist(nproc: int = typer.Option(2, "--nproc", "-n", metavar="N",
          timing: bool = typer.Option(True, "--time/--no-time", metavar="",
                                      help="Time it and its baseline (time_calls)."),
          do_predict: bool = typer.Option(False, "--predict", metavar="",
-                                         help="Print the scaling model's prediction for 1-8 GPUs and 2, 4 nodes "
+                                         help="Print the scaling model's prediction for 1 to 8 GPUs and 2, 4 nodes "
                                               "instead of running."),
          gpus_per_node: int = typer.Option(8, metavar="N", help="--predict: GPUs a node."),
          gemm_tflops: Optional[float] = typer.Option(None, metavar="T",
