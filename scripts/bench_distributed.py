@@ -13,14 +13,17 @@ Phases (a case that fails prints why and the run goes on; results are saved afte
   2. one-GPU GEMM rates: the whole SUMMA product (the baseline of its speed-up) and a panel product with
      beta = 0 and beta = 1 (the pass over C that every panel after the first costs), tiledmm and torch.
   3. SUMMA S^3 bf16 (S = 32768; quick 8192) on all GPUs (2x2 on 4) and on the first two (1x2, a subgroup,
-     same run): the old schedule (whole K blocks), the model's schedule (nccl; prepared panel-major; depth
-     3), the symmetric-memory engine, torch's GEMM, SM margins (TILEDMM_SM_MARGIN, re-planned in process)
-     and NCCL capped to few CTAs. A per-panel timeline (when each transfer is issued, starts, ends; when
-     each product starts, ends and what it waited for) of the main cases, printed compactly and saved;
-     with --profile the GPU's own kernel intervals (torch.profiler) of one product.
+     same run): the old schedule (whole K blocks), the model's schedule with NCCL and with the
+     symmetric-memory engine, torch's GEMM. A per-panel timeline (when each transfer is issued, starts,
+     ends; when each product starts, ends and what it waited for), printed compactly and saved; the
+     GPU's own kernel intervals (torch.profiler) of one product (--skip profile: not).
   4. all-gather-matmul and matmul-reduce-scatter, per-rank 8192^2 blocks (quick 2048), on all GPUs and on
      a pair: the plain collective-then-GEMM, the overlapped nccl and symm versions, torch's fused
      symmetric-memory ops; cuBLAS and tiledmm local GEMMs.
+  5. more SUMMA variants: prepared (panel-major) operands, depth 3, the schedule of the model fitted to
+     this run, SM margins (TILEDMM_SM_MARGIN, re-planned in process: --sm-margins) and NCCL capped to few
+     CTAs (--nccl-ctas), the 1x2 old schedule.
+Cases start while the run is inside --budget seconds (default 300); the rest are skipped and said so.
 Every result is checked against float64 first (sampled rows for big ones), then timed with
 tiledmm.timing.time_calls (the same call count on every rank, the slowest rank's median).
 $OUT/bench_distributed.json holds everything; the summary table is printed last.
@@ -51,7 +54,7 @@ from tiledmm.distributed import _symm  # noqa: E402
 from tiledmm.distributed import model as M  # noqa: E402
 
 MiB = 2 ** 20
-R = {"rank": 0, "world": 1, "gpu": True, "t0": time.perf_counter(), "out": ".", "doc": {}}
+R = {"rank": 0, "world": 1, "gpu": True, "t0": time.perf_counter(), "out": ".", "doc": {}, "budget": 1e9}
 
 
 def say(*a):
@@ -84,6 +87,14 @@ def case(name: str, members, fn, results: list):
     and the run goes on. fn returns a dict (rank 0's is kept) or None."""
     me = dist.get_rank()
     res = None
+    late = torch.tensor([float(time.perf_counter() - R["t0"] > R["budget"])], device=dev())
+    dist.broadcast(late, src=0)             # rank 0's clock decides for every rank: the collectives stay matched
+    if late.item():
+        res = {"case": name, "skipped": f"over the time budget ({R['budget']:.0f} s; --budget)"}
+        if me == 0:
+            results.append(res)
+            print(f"  {name}: skipped, over the time budget", flush=True)
+        return res
     if members is None or me in members:
         try:
             res = fn()
@@ -701,7 +712,10 @@ def main():
     ap.add_argument("--skip", action="append", default=[],
                     help="bandwidth, rates, summa, summa2, margins, tp, tp2, profile")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--budget", type=float, default=300.0,
+                    help="seconds from the start after which the cases left are skipped (the summary still prints)")
     args = ap.parse_args()
+    R["budget"] = args.budget
     R["gpu"] = not args.cpu
     R["quick"] = args.quick or args.cpu
     R["out"] = args.out
@@ -766,55 +780,59 @@ def main():
             say(f"one-GPU rates FAILED: {type(e).__name__}: {e}")
         sync()
         dist.barrier()
-    if "summa" not in args.skip or "summa2" not in args.skip:
+    do4, do2 = "summa" not in args.skip, "summa2" not in args.skip and w > 2
+    two = dict(members=(0, 1))
+    prof = "profile" not in args.skip
+    A = B = None
+    if do4 or do2:
         g = torch.Generator(device=dev()).manual_seed(7)
         A = torch.randn(S, S, generator=g, device=dev(), dtype=torch.float32).to(dtype)
         B = torch.randn(S, S, generator=g, device=dev(), dtype=torch.float32).to(dtype)
-        prof = "profile" not in args.skip
-        if "summa" not in args.skip:
-            say(f"\n== 3. SUMMA {S}^3 {str(dtype)[6:]} on {w} GPUs ({grid.pr}x{grid.pc}) {stamp()}")
-            summa_case(f"summa {w} old schedule (whole K blocks)", grid, S, A, B, dtype, "tiledmm", results,
-                       panel="block", timeline=True)
-            summa_case(f"summa {w} nccl", grid, S, A, B, dtype, "tiledmm", results, timeline=True, profile=prof)
-            summa_case(f"summa {w} nccl prepared", grid, S, A, B, dtype, "tiledmm", results, prepared=True)
-            summa_case(f"summa {w} nccl depth 3", grid, S, A, B, dtype, "tiledmm", results, depth=3)
-            fitted = fitted_panels(S, grid, dtype, fits, rates)
-            if fitted and fitted != D.summa_panels((S, S, S), grid, None, dtype=dtype):
-                summa_case(f"summa {w} nccl panels of the fitted model", grid, S, A, B, dtype, "tiledmm", results,
-                           panel=[p1 - p0 for p0, p1 in fitted])
-            summa_case(f"summa {w} symm", grid, S, A, B, dtype, "tiledmm", results, engine="symm", timeline=True,
-                       profile=prof)
-            summa_case(f"summa {w} symm prepared", grid, S, A, B, dtype, "tiledmm", results, engine="symm",
-                       prepared=True)
-            summa_case(f"summa {w} nccl torch GEMM", grid, S, A, B, dtype, "torch", results)
-            summa_case(f"summa {w} symm torch GEMM", grid, S, A, B, dtype, "torch", results, engine="symm")
-            if "margins" not in args.skip and R["gpu"]:
-                for mg in [int(x) for x in args.sm_margins.split(",") if x.strip()]:
-                    say(f"  TILEDMM_SM_MARGIN={mg}: {set_sm_margin(mg)}")
-                    summa_case(f"summa {w} nccl SM margin {mg}", grid, S, A, B, dtype, "tiledmm", results,
-                               margin=mg, timeline=True)
-                    if capped is not None and mg >= 2 * args.nccl_ctas:
-                        summa_case(f"summa {w} nccl margin {mg} NCCL<={args.nccl_ctas} CTAs", capped, S, A, B,
-                                   dtype, "tiledmm", results, margin=mg, timeline=True)
-                say(f"  TILEDMM_SM_MARGIN back to {env['sm_margin_at_start'] or 0}: "
-                    f"{set_sm_margin(int(env['sm_margin_at_start'] or 0))}")
-        if "summa2" not in args.skip and w > 2:
-            say(f"\n== 3b. SUMMA {S}^3 on GPUs 0 and 1 (1x2, a subgroup of this run) {stamp()}")
-            two = dict(members=(0, 1))
-            summa_case("summa 2 old schedule (whole K blocks)", pair, S, A, B, dtype, "tiledmm", results,
-                       panel="block", **two)
-            summa_case("summa 2 nccl", pair, S, A, B, dtype, "tiledmm", results, timeline=True, **two)
-            summa_case("summa 2 symm", pair, S, A, B, dtype, "tiledmm", results, engine="symm", timeline=True, **two)
-            summa_case("summa 2 nccl torch GEMM", pair, S, A, B, dtype, "torch", results, **two)
-        del A, B
-        if R["gpu"]:
-            torch.cuda.empty_cache()
+    # the main cases first (a run over its --budget skips what is left, and the summary still prints)
+    if do4:
+        say(f"\n== 3. SUMMA {S}^3 {str(dtype)[6:]} on {w} GPUs ({grid.pr}x{grid.pc}) {stamp()}")
+        summa_case(f"summa {w} old schedule (whole K blocks)", grid, S, A, B, dtype, "tiledmm", results,
+                   panel="block", timeline=True)
+        summa_case(f"summa {w} nccl", grid, S, A, B, dtype, "tiledmm", results, timeline=True, profile=prof)
+        summa_case(f"summa {w} symm", grid, S, A, B, dtype, "tiledmm", results, engine="symm", timeline=True,
+                   profile=prof)
+        summa_case(f"summa {w} nccl torch GEMM", grid, S, A, B, dtype, "torch", results, timeline=True)
+    if do2:
+        say(f"\n== 3b. SUMMA {S}^3 on GPUs 0 and 1 (1x2, a subgroup of this run) {stamp()}")
+        summa_case("summa 2 nccl", pair, S, A, B, dtype, "tiledmm", results, timeline=True, **two)
+        summa_case("summa 2 symm", pair, S, A, B, dtype, "tiledmm", results, engine="symm", timeline=True, **two)
     if "tp" not in args.skip:
         say(f"\n== 4. tensor-parallel patterns, per-rank {P}x{P} blocks, {w} GPUs {stamp()}")
         tp_cases(list(range(w)), None, P, dtype, gemms, results)
     if "tp2" not in args.skip and w > 2:
         say(f"\n== 4b. tensor-parallel patterns on GPUs 0 and 1 {stamp()}")
         tp_cases([0, 1], pair.group if pair is not None else None, P, dtype, gemms, results)
+    if do4:
+        say(f"\n== 5. SUMMA {S}^3 on {w} GPUs, more variants {stamp()}")
+        summa_case(f"summa {w} nccl prepared", grid, S, A, B, dtype, "tiledmm", results, prepared=True)
+        summa_case(f"summa {w} symm prepared", grid, S, A, B, dtype, "tiledmm", results, engine="symm",
+                   prepared=True)
+        summa_case(f"summa {w} nccl depth 3", grid, S, A, B, dtype, "tiledmm", results, depth=3)
+        fitted = fitted_panels(S, grid, dtype, fits, rates)
+        if fitted and fitted != D.summa_panels((S, S, S), grid, None, dtype=dtype):
+            summa_case(f"summa {w} nccl panels of the fitted model", grid, S, A, B, dtype, "tiledmm", results,
+                       panel=[p1 - p0 for p0, p1 in fitted])
+        summa_case(f"summa {w} symm torch GEMM", grid, S, A, B, dtype, "torch", results, engine="symm")
+        if "margins" not in args.skip and R["gpu"]:
+            for mg in [int(x) for x in args.sm_margins.split(",") if x.strip()]:
+                say(f"  TILEDMM_SM_MARGIN={mg}: {set_sm_margin(mg)}")
+                summa_case(f"summa {w} nccl SM margin {mg}", grid, S, A, B, dtype, "tiledmm", results,
+                           margin=mg, timeline=True)
+                if capped is not None and mg >= 2 * args.nccl_ctas:
+                    summa_case(f"summa {w} nccl margin {mg} NCCL<={args.nccl_ctas} CTAs", capped, S, A, B,
+                               dtype, "tiledmm", results, margin=mg, timeline=True)
+            say(f"  TILEDMM_SM_MARGIN back to {env['sm_margin_at_start'] or 0}: "
+                f"{set_sm_margin(int(env['sm_margin_at_start'] or 0))}")
+    if do2:
+        summa_case("summa 2 old schedule (whole K blocks)", pair, S, A, B, dtype, "tiledmm", results,
+                   panel="block", timeline=True, **two)
+        summa_case("summa 2 nccl torch GEMM", pair, S, A, B, dtype, "torch", results, **two)
+    del A, B
     if rank == 0:
         try:
             import tiledmm.kernels.block.matmul as block_matmul
