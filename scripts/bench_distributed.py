@@ -93,7 +93,6 @@ def case(name: str, members, fn, results: list):
         res = {"case": name, "skipped": f"over the time budget ({R['budget']:.0f} s; --budget)"}
         if me == 0:
             results.append(res)
-            print(f"  {name}: skipped, over the time budget", flush=True)
         return res
     if members is None or me in members:
         try:
