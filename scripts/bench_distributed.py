@@ -498,6 +498,12 @@ def set_sm_margin(m: int) -> str:
     os.environ["TILEDMM_SM_MARGIN"] = str(m)
     reset = []
     try:
+        try:                                   # the device-facts module, where there is one
+            from tiledmm import _device
+            _device.sm_margin.cache_clear()
+            reset.append("device facts")
+        except ImportError:
+            pass
         from tiledmm.kernels.block import _vcommon
         _vcommon._sm_margin.cache_clear()
         reset.append("margin")
