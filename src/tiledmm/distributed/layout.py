@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -33,13 +33,15 @@ _groups: dict = {}
 
 @dataclass
 class Grid:
-    """The process grid of ``group`` (default: the world): rank = row * pc + col."""
+    """The process grid of ``group`` (default: the world): rank = row * pc + col. Its row and column
+    groups are communicators of their own (A's panels travel on the row's, B's on the column's)."""
     pr: int
     pc: int
     rank: int                  # rank within the group
     ranks: tuple               # global ranks of the group, in group order
     row_group: object
     col_group: object
+    group: object = None       # the grid's whole group (None: the world)
 
     @property
     def row(self) -> int:
@@ -60,20 +62,50 @@ class Grid:
         return {"a": (mi, block_range(k, self.pc, c)), "b": (block_range(k, self.pr, r), nj), "c": (mi, nj)}
 
     @classmethod
-    def make(cls, group=None, shape: Optional[tuple] = None) -> "Grid":
-        world = dist.get_world_size(group)
-        rank = dist.get_rank(group)
+    def make(cls, group=None, shape: Optional[tuple] = None, *, ranks: Optional[Sequence[int]] = None,
+             max_ctas: Optional[int] = None) -> Optional["Grid"]:
+        """The grid of ``group`` (this rank must belong to it; every rank of the world calls this
+        together the first time a grid is made, since its row and column groups are new groups), or of
+        the global ``ranks`` (every rank of the world calls it; those outside get None). shape: (pr, pc),
+        default ``grid_shape``. max_ctas: NCCL's most CTAs (SMs) for the row and column communicators."""
+        if ranks is not None:
+            ranks = tuple(sorted(int(r) for r in ranks))     # a new group numbers its ranks in this order
+            if group is not None:
+                raise TiledmmError("Grid.make: give a group or ranks, not both")
+            if len(set(ranks)) != len(ranks) or not ranks or not all(0 <= r < dist.get_world_size() for r in ranks):
+                raise TiledmmError(f"Grid.make: ranks {list(ranks)} are not distinct ranks of the world")
+            world = len(ranks)
+        else:
+            world = dist.get_world_size(group)
+            ranks = tuple(dist.get_process_group_ranks(group) if group is not None else range(world))
         pr, pc = shape or grid_shape(world)
         if pr * pc != world:
             raise TiledmmError(f"process grid {pr}x{pc} does not match {world} processes")
-        ranks = tuple(dist.get_process_group_ranks(group) if group is not None else range(world))
-        key = (ranks, pr, pc)
+        key = (ranks, pr, pc, max_ctas)
         if key not in _groups:            # every rank creates every group, in the same order
-            rows = [dist.new_group([ranks[r * pc + c] for c in range(pc)]) for r in range(pr)]
-            cols = [dist.new_group([ranks[r * pc + c] for r in range(pr)]) for c in range(pc)]
-            _groups[key] = (rows, cols)
-        rows, cols = _groups[key]
-        return cls(pr, pc, rank, ranks, rows[rank // pc], cols[rank % pc])
+            opts = _nccl_options(max_ctas)
+            kw = {"pg_options": opts} if opts is not None else {}
+            rows = [dist.new_group([ranks[r * pc + c] for c in range(pc)], **kw) for r in range(pr)]
+            cols = [dist.new_group([ranks[r * pc + c] for r in range(pr)], **kw) for c in range(pc)]
+            whole = group
+            if group is None and ranks != tuple(range(dist.get_world_size())):
+                whole = dist.new_group(list(ranks))
+            _groups[key] = (rows, cols, whole)
+        rows, cols, whole = _groups[key]
+        me = dist.get_rank()
+        if me not in ranks:
+            return None
+        rank = ranks.index(me)
+        return cls(pr, pc, rank, ranks, rows[rank // pc], cols[rank % pc], whole)
+
+
+def _nccl_options(max_ctas: Optional[int]):
+    """NCCL options capping the CTAs a communicator's kernels take (None: NCCL's own choice)."""
+    if max_ctas is None or dist.get_backend() != "nccl":
+        return None
+    opts = dist.ProcessGroupNCCL.Options()
+    opts.config.max_ctas = int(max_ctas)
+    return opts
 
 
 def _full(x: Optional[torch.Tensor], shape, dtype, device, src: int, group) -> torch.Tensor:
