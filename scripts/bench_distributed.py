@@ -547,10 +547,11 @@ def tp_cases(group_ranks, group, P, dtype, gemms, results, fused=True):
         for gm_name in gemms:
             variants.append(("baseline", gm_name, "nccl", None))
             variants.append(("overlap", gm_name, "nccl", None))
-            variants.append(("overlap", gm_name, "symm", None))
+            if "symm-tp" not in R["skip"]:
+                variants.append(("overlap", gm_name, "symm", None))
             if not R["quick"]:
                 variants.append(("overlap", gm_name, "nccl", 4))
-        if fused and R["gpu"]:
+        if fused and R["gpu"] and "symm-tp" not in R["skip"]:
             variants.append(("torch fused", "torch", "symm", None))
         for kind, gm_name, engine, chunks in variants:
             label = f"{algo} {w} GPUs {kind} {gm_name}" + (f" {engine}" if kind == "overlap" else "") + \
@@ -718,12 +719,14 @@ def main():
     ap.add_argument("--nccl-ctas", type=int, default=4,
                     help="and with the row/column communicators capped to this many CTAs (where margin >= 2x)")
     ap.add_argument("--skip", action="append", default=[],
-                    help="bandwidth, rates, summa, summa2, margins, tp, tp2, profile")
+                    help="bandwidth, rates, summa, summa2, margins, tp, tp2, profile, symm-tp (the TP patterns' symmetric-memory "
+                         "engine and torch's fused ops), summa-main (sections 3 and 3b: the main SUMMA cases)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--budget", type=float, default=300.0,
                     help="seconds from the start after which the cases left are skipped (the summary still prints)")
     args = ap.parse_args()
     R["budget"] = args.budget
+    R["skip"] = set(args.skip)
     R["gpu"] = not args.cpu
     R["quick"] = args.quick or args.cpu
     R["out"] = args.out
@@ -797,7 +800,7 @@ def main():
         A = torch.randn(S, S, generator=g, device=dev(), dtype=torch.float32).to(dtype)
         B = torch.randn(S, S, generator=g, device=dev(), dtype=torch.float32).to(dtype)
     # the main cases first (a run over its --budget skips what is left, and the summary still prints)
-    if do4:
+    if do4 and "summa-main" not in args.skip:
         say(f"\n== 3. SUMMA {S}^3 {str(dtype)[6:]} on {w} GPUs ({grid.pr}x{grid.pc}) {stamp()}")
         summa_case(f"summa {w} old schedule (whole K blocks)", grid, S, A, B, dtype, "tiledmm", results,
                    panel="block", timeline=True)
@@ -805,7 +808,7 @@ def main():
         summa_case(f"summa {w} symm", grid, S, A, B, dtype, "tiledmm", results, engine="symm", timeline=True,
                    profile=prof)
         summa_case(f"summa {w} nccl torch GEMM", grid, S, A, B, dtype, "torch", results, timeline=True)
-    if do2:
+    if do2 and "summa-main" not in args.skip:
         say(f"\n== 3b. SUMMA {S}^3 on GPUs 0 and 1 (1x2, a subgroup of this run) {stamp()}")
         summa_case("summa 2 nccl", pair, S, A, B, dtype, "tiledmm", results, timeline=True, **two)
         summa_case("summa 2 symm", pair, S, A, B, dtype, "tiledmm", results, engine="symm", timeline=True, **two)
