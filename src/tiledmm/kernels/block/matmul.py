@@ -17,7 +17,7 @@ import functools
 import threading
 from typing import Callable
 
-from ... import tuning
+from ... import invariance, tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating
 from ...registry import shape_class
@@ -25,6 +25,7 @@ from ...timing import device_and_host
 from . import check_precision
 from . import configs as C
 from . import heuristics as H
+from . import invariant
 from . import shipped
 from . import tma_copy
 from . import variants as V
@@ -86,7 +87,9 @@ def resolved(a, b, c, precision: str, alpha: float, beta: float, passes: int = 0
     """The launch for this call's plan key, ``f(a, b, c, alpha=, beta=)`` (chosen on first use).
     ``passes``: elementwise passes over C the caller makes after a variant without a fused epilogue
     (``Variant.epilogue``: a bias, an activation; tiledmm.ops asks with them), charged to those
-    variants by the model; a key of its own."""
+    variants by the model; a key of its own. In batch-invariant mode: ``invariant.resolved``'s plan."""
+    if invariance.get():
+        return invariant.resolved(a, b, c, precision, alpha, beta, passes)
     key = plan_key(a, b, c, precision, alpha, beta)
     if passes:
         key = (*key[:-1], passes, key[-1])
