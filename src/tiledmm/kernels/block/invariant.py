@@ -38,7 +38,7 @@ from ._vcommon import device, index_of, kind_of
 LADDER = (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 
 _plans: dict[tuple, Callable] = {}     # written under _lock; read without
-_choices: dict[tuple, dict] = {}       # key -> {"variant", "config", "score"} (reports, tests)
+_choices: dict[tuple, dict] = {}       # key -> {"variant", "config", "score", "N", "K"} (reports, tests)
 _lock = threading.Lock()
 
 
@@ -135,12 +135,12 @@ def _resolve(key: tuple, a, b, c, precision: str, alpha: float, beta: float, pas
     v, cd, score = choose(cands, problem, dev, LADDER if not emulating() else (1, 16, 64))
     fn = D._bind(v, precision, dict(cd.config))
     _plans[key] = fn
-    _choices[key] = {"variant": v.name, "config": dict(cd.config), "score": score}
+    _choices[key] = {"variant": v.name, "config": dict(cd.config), "score": score, "N": base.N, "K": base.K}
     return fn
 
 
 def choices() -> dict:
-    """The mode's resolved keys -> {"variant", "config", "score"} (for reports and tests)."""
+    """The mode's resolved keys -> {"variant", "config", "score", "N", "K"} (for reports and tests)."""
     with _lock:
         return dict(_choices)
 

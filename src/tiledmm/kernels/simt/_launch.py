@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..._backend import emulating, numba_cuda
-from ... import tuning
+from ... import invariance, tuning
 from ..._arrays import TiledmmError
 from ...registry import KernelSpec, register, shape_class
 from ...timing import time_calls
@@ -134,6 +134,8 @@ def tuned(kernel: str, a, b, out, opts, candidates: dict, parse: Callable, choic
         except ValueError as e:
             raise TiledmmError(f"kernel {kernel!r}: {e}") from None
     cands = candidates[dtype]
+    if invariance.get():      # batch-invariant mode: one configuration for every shape (tiledmm.invariance)
+        return cands[0]
     key = tuning.key_of("simt-" + kernel, dtype, shape_class(a.shape[0], b.shape[1], a.shape[1]))
     if key in chosen:
         return chosen[key]
