@@ -184,6 +184,38 @@ def test_rows_do_not_depend_on_m_with_a_transposed_weight_and_an_epilogue():
             assert torch.equal(tiledmm.matmul(a[:m], w.T, out=c[:m].clone(), alpha=0.5, beta=2.0), full[:m])
 
 
+def test_rows_sliced_out_of_a_batch_of_sequences_take_the_same_plan(monkeypatch):
+    """x[:, :s] of a (batch, sequence, features) x does not view as one tall product (the batch path would
+    take another kernel): the mode copies it into one, so its rows go through x's plan, with F.linear's
+    fused bias under enable() too. Bitwise on the GPU; in emulation the interpreter's tl.dot (numpy's
+    matmul of the tile) rounds a row by its place in the tile, which slicing moves, so there: the same
+    plans, and close."""
+    torch.manual_seed(7)
+    x = torch.randn(3, 12, 20, device=DEV)
+    w = torch.randn(16, 20, device=DEV)
+    bias = torch.randn(16, device=DEV)
+    keys = []
+    real = invariant.resolved
+
+    def spy(a, b, c, precision, alpha, beta, passes=0):
+        keys.append((invariant.key_of(a, b, c, precision, alpha, beta, passes), a.dim()))
+        return real(a, b, c, precision, alpha, beta, passes)
+    monkeypatch.setattr(invariant, "resolved", spy)
+    check = torch.equal if GPU else (lambda p, q: torch.allclose(p, q, rtol=1e-5, atol=1e-5))
+    with tiledmm.batch_invariant():
+        full = tiledmm.matmul(x, w.T)
+        for s in (2, 5, 11):
+            assert not x[:, :s].is_contiguous()
+            assert check(tiledmm.matmul(x[:, :s], w.T), full[:, :s]), s
+        with torch.no_grad(), tiledmm.enable():
+            lin = torch.nn.functional.linear(x, w, bias)
+            for s in (2, 7):
+                assert check(torch.nn.functional.linear(x[:, :s], w, bias), lin[:, :s]), s
+    torch.testing.assert_close(lin, x @ w.T + bias, rtol=1e-5, atol=1e-5)
+    assert len(set(keys)) == 2 and {k[1] for k in keys} == {2}     # one plan each (plain, bias), 2-D, every call
+    assert sorted(k[0][14] for k in set(keys)) == [0, 1]           # the bias in the kernel's epilogue (passes 1)
+
+
 def test_the_check_sees_a_split_of_k():
     """The comparison is sharp enough to catch what the mode rules out: split-K, whose number of K
     slices follows M, changes the sums of some rows (here M = 16 against 64)."""

@@ -269,7 +269,14 @@ def _gemm(spec: KernelSpec, tile, opts, A, B, C, alpha: float, beta: float, batc
             A2, C2 = A.view(-1, K), C.view(-1, N)
             A, C, batch, nb, M = A2, C2, (), 1, A2.shape[0]
         except RuntimeError:
-            pass
+            if _invariant():       # batch-invariant mode: the rows' kernel whatever A's strides (a batch of
+                A2 = A.reshape(-1, K)      # products would take another): a copy of A, one tall product
+                T = torch.empty(A2.shape[0], N, dtype=C.dtype, device=C.device)
+                if beta != 0.0:
+                    T.copy_(C.reshape(-1, N))
+                _gemm(spec, tile, opts, A2, B, T, alpha, beta, (), A2.shape[0], K, N)
+                C.copy_(T.view(C.shape))
+                return
     if batch:
         A3 = A.expand(batch + (M, K)).reshape(nb, M, K) if A.dim() > 2 else A
         B3 = B.expand(batch + (K, N)).reshape(nb, K, N) if B.dim() > 2 else B
