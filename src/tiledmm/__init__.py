@@ -10,7 +10,8 @@ from .api import kernel_names, matmul  # noqa: E402
 from .invariance import batch_invariant  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "kernel_names", "batch_invariant", "registry", "emulating", "TiledmmError", "enable", "ops", "nn", "__version__"]
+__all__ = ["matmul", "kernel_names", "batch_invariant", "registry", "emulating", "TiledmmError", "enable", "ops", "nn",
+           "__version__"]
 
 
 def __getattr__(name: str):

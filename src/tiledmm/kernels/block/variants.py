@@ -26,7 +26,7 @@ from ..._backend import emulating
 from . import configs as C
 from . import batched_small, gluon_gemm, kmajor_cache, splitk, tma_copy
 from . import heuristics as H
-from ._vcommon import cdiv, hopper, tma_ok
+from ._vcommon import capability, cdiv, hopper, index_of, tma_ok
 from ._vcommon import fast as _fast
 from .heuristics import Traits
 from .fastlaunch import WORKSPACE
@@ -71,6 +71,10 @@ class Variant:
     # config's split of the last wave: its plain twin). None: the batch-invariant mode never takes it
     # (tiledmm.invariance; kernels/block/invariant.py)
     invariant: Callable[[list], list] | None = None
+    # on_disk(config, a, b, c) -> whether a variant whose traits say ``compiles_per_process`` has this call's
+    # kernel compiled on disk already (a first call loads it in milliseconds): the no-timing default may then
+    # take it where the shipped table timed it fastest (matmul._shipped_pick)
+    on_disk: Callable[..., bool] | None = None
 
 
 def _dims(a, b):
@@ -199,10 +203,17 @@ def _simt(bm: int, bn: int, bk: int, stages: int, name: str) -> dict:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": stages, "name": name}
 
 
+def _simt_on_disk(config: dict, a, b, c) -> bool:
+    """Rung 11's kernel for ``config`` and this call in the SIMT kernels' disk cache (simt/_diskcache.py)."""
+    from ..simt._diskcache import async_ready
+    vec_b = b.stride(-1) == 1 and (b.stride(-2) * b.element_size()) % 16 == 0 and b.data_ptr() % 16 == 0
+    return async_ready(config["name"], str(c.dtype).replace("torch.", ""), vec_b, capability(index_of(c)))
+
+
 SIMT_ASYNC = Variant("simt-async", _simt_applicable,
                      lambda kind: [_simt(64, 128, 16, 3, "64x128x16-w32x64-t8x8-s3-m4"),
                                    _simt(128, 128, 16, 3, "128x128x16-w32x64-t8x8-s3-m2")] if kind == "ieee" else [],
-                     _simt_launch, traits=Traits(modelled=False, compiles_per_process=True))
+                     _simt_launch, traits=Traits(modelled=False, compiles_per_process=True), on_disk=_simt_on_disk)
 
 
 # -- every variant the dispatcher chooses among ----------------------------------------------------

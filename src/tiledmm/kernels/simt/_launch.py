@@ -22,6 +22,7 @@ import numpy as np
 
 from ..._backend import emulating, numba_cuda
 from ... import invariance, tuning
+from . import _diskcache
 from ..._arrays import TiledmmError
 from ...registry import KernelSpec, register, shape_class
 from ...timing import time_calls
@@ -163,7 +164,10 @@ def register_simt(name: str, summary: str, make: Callable, *, order: int,
     """``make``/``config`` serve the launch and the analysis tools; ``prepare(a, b, out, tile, opts)
     -> Choice`` replaces them for the launch where a kernel picks its own code per call (rung 10's
     autotuner). ``block_tile(tile) -> (BM, BN)``: the P tile a block computes (traffic model)."""
-    cached = lru_cache(maxsize=None)(make)
+    def made(tile, dtype):
+        """``make``'s kernel, its compiled code kept on disk (``_diskcache``: a new process loads it)."""
+        return _diskcache.cached(make(tile, dtype), name, tile, dtype)
+    cached = lru_cache(maxsize=None)(made)
 
     def launch(a, b, c, *, tile, opts):
         choice = prepare(a, b, c, tile, opts) if prepare else prepare_launch(cached, config, a, b, c, tile)
