@@ -1,4 +1,4 @@
-"""The SIMT kernels' disk cache (kernels/simt/_diskcache.py, _adapter.numba_disk_cache) and rung 11 as a
+"""The SIMT kernels' disk cache (kernels/simt_cache.py, _adapter.numba_disk_cache) and rung 11 as a
 default pick once its kernel is on disk (matmul._fastest_on_disk).
 
 numba's simulator (emulation) compiles nothing, so the CPU tests build numba's *real* dispatchers in a
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GPU
-from tiledmm.kernels.simt import _diskcache
+from tiledmm.kernels import simt_cache as _diskcache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,8 @@ spec.loader.exec_module(pkg)
 import numba
 assert not numba.config.ENABLE_CUDASIM
 from tiledmm import registry
-from tiledmm.kernels.simt import _diskcache, k10_autotune, k11_async
+from tiledmm.kernels import simt_cache as _diskcache
+from tiledmm.kernels.simt import k10_autotune, k11_async
 """
 
 
@@ -61,12 +62,12 @@ def test_tags_name_the_factory_its_arguments_and_the_sources():
 
 
 def test_the_source_digest_covers_every_kernel_file(tmp_path, monkeypatch):
-    here = Path(_diskcache.__file__).parent
+    here = _diskcache.SIMT
     names = sorted(p.name for p in here.glob("*.py"))
     assert {"k11_async.py", "k09_unsigned.py", "_tiles.py", "_launch.py"} <= set(names)
     for p in here.glob("*.py"):
         (tmp_path / p.name).write_bytes(p.read_bytes())
-    monkeypatch.setattr(_diskcache, "__file__", str(tmp_path / "_diskcache.py"))
+    monkeypatch.setattr(_diskcache, "SIMT", tmp_path)
     _diskcache.source_digest.cache_clear()
     try:
         same = _diskcache.source_digest()
@@ -84,6 +85,16 @@ def test_the_cache_folder_is_numbas_if_named_else_tiledmms(monkeypatch, tmp_path
     assert _diskcache.root() == tmp_path / "t" / "numba"
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "n"))
     assert _diskcache.root() == tmp_path / "n"
+
+
+def test_the_check_imports_neither_the_simt_kernels_nor_numba():
+    code = ("import sys, tiledmm; from tiledmm.kernels import simt_cache;"
+            "simt_cache.async_ready('64x128x16-w32x64-t8x8-s3-m4', 'float32', True, (9, 0));"
+            "print(sorted(m for m in ('numba', 'tiledmm.kernels.simt') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split("\n")[-2] == "[]"
 
 
 def test_emulation_kernels_are_left_alone():
@@ -244,7 +255,8 @@ def test_rung_11_reports_its_kernels_on_disk_through_the_variant(monkeypatch):
 
 _GPU_CHILD = """
 import json, time, torch, tiledmm
-from tiledmm.kernels.simt import k11_async, _diskcache
+from tiledmm.kernels.simt import k11_async
+from tiledmm.kernels import simt_cache as _diskcache
 a = torch.randn(1024, 1024, device="cuda"); b = torch.randn(1024, 1024, device="cuda")
 t = time.perf_counter()
 c = tiledmm.matmul(a, b, kernel="async", config="64x128x16-w32x64-t8x8-s3-m4")

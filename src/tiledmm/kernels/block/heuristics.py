@@ -72,7 +72,7 @@ class Traits:
         (its own bound C launch, session 8; 95-153 us before).
     compiles_per_process: its kernels are compiled on a process's first call unless already on disk
         (rung 11's numba kernels: about 4.5 s on an H100's first call; kept on disk by
-        simt/_diskcache.py), where Triton's come from its disk cache in ~0.1 s. The no-timing default
+        kernels/simt_cache.py), where Triton's come from its disk cache in ~0.1 s. The no-timing default
         (the shipped table) picks such a variant only where its kernel is on disk (``Variant.on_disk``)
         -- else its first call would wait for seconds; timing (TILEDMM_TUNE=on, whose user accepts a
         wait), the store and a forced ``variant=`` still may.

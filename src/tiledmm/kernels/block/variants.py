@@ -204,8 +204,8 @@ def _simt(bm: int, bn: int, bk: int, stages: int, name: str) -> dict:
 
 
 def _simt_on_disk(config: dict, a, b, c) -> bool:
-    """Rung 11's kernel for ``config`` and this call in the SIMT kernels' disk cache (simt/_diskcache.py)."""
-    from ..simt._diskcache import async_ready
+    """Rung 11's kernel for ``config`` and this call in the SIMT kernels' disk cache (kernels/simt_cache.py)."""
+    from ..simt_cache import async_ready
     vec_b = b.stride(-1) == 1 and (b.stride(-2) * b.element_size()) % 16 == 0 and b.data_ptr() % 16 == 0
     return async_ready(config["name"], str(c.dtype).replace("torch.", ""), vec_b, capability(index_of(c)))
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..._backend import emulating, numba_cuda
 from ... import invariance, tuning
-from . import _diskcache
+from .. import simt_cache as _diskcache
 from ..._arrays import TiledmmError
 from ...registry import KernelSpec, register, shape_class
 from ...timing import time_calls
@@ -165,7 +165,7 @@ def register_simt(name: str, summary: str, make: Callable, *, order: int,
     -> Choice`` replaces them for the launch where a kernel picks its own code per call (rung 10's
     autotuner). ``block_tile(tile) -> (BM, BN)``: the P tile a block computes (traffic model)."""
     def made(tile, dtype):
-        """``make``'s kernel, its compiled code kept on disk (``_diskcache``: a new process loads it)."""
+        """``make``'s kernel, its compiled code kept on disk (``kernels/simt_cache.py``: a new process loads it)."""
         return _diskcache.cached(make(tile, dtype), name, tile, dtype)
     cached = lru_cache(maxsize=None)(made)
 

@@ -25,7 +25,7 @@ from functools import lru_cache
 from numba import uint64
 
 from ..._backend import emulating, numba_cuda
-from . import _diskcache
+from .. import simt_cache as _diskcache
 from ._launch import numba_type, register_simt
 from ._tiles import block_config, index_type, phase_loader, store
 from .k05_conflict_free import PAD

@@ -43,7 +43,7 @@ from numba import uint64
 from ... import tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating, numba_cuda
-from . import _diskcache
+from .. import simt_cache as _diskcache
 from ._launch import Choice, dtype_name, numba_type, register_simt, tuned
 from ._tiles import block_config, index_type, store
 from .k09_unsigned import Shape

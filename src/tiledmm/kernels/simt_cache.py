@@ -14,7 +14,8 @@ architecture, numba-cuda version). ``_adapter.numba_disk_cache`` does the numba 
 save of a kernel leaves a *ready mark* per tag and GPU architecture, which the Triton dispatcher reads
 (``ready``, no numba import) to let rung 11 be a default pick once its kernel is on disk.
 ``TILEDMM_SIMT_CACHE=off`` turns it off (every process compiles again). In emulation (numba's
-simulator) nothing is compiled and nothing cached.
+simulator) nothing is compiled and nothing cached. This module lives outside ``kernels/simt`` so
+that the dispatcher's check imports neither that package nor numba (about a second).
 """
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ import hashlib
 import os
 from pathlib import Path
 
-from ... import _adapter, tuning
-from ..._backend import emulating
+from .. import _adapter, tuning
+from .._backend import emulating
+
+SIMT = Path(__file__).with_name("simt")       # the kernels' sources
 
 
 def enabled() -> bool:
@@ -39,9 +42,10 @@ def root() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def source_digest() -> str:
-    """A hash of every source file of the SIMT kernels (this folder): any edit makes new tags."""
+    """A hash of every source file of the SIMT kernels (``kernels/simt`` and this module): any edit makes
+    new tags."""
     h = hashlib.sha256()
-    for f in sorted(Path(__file__).parent.glob("*.py")):
+    for f in [*sorted(SIMT.glob("*.py")), Path(__file__)]:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()[:20]
 
