@@ -47,8 +47,10 @@ def store(index, tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh-triton"))
     monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path / "fresh-tiledmm"))
     _adapter._prebuilt_store.cache_clear()
+    _adapter._other_versions.cache_clear()
     yield out, report
     _adapter._prebuilt_store.cache_clear()
+    _adapter._other_versions.cache_clear()
 
 
 def _first_call():

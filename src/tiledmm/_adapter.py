@@ -596,6 +596,7 @@ def _prebuilt_store(version: str):
     return doc
 
 
+@functools.lru_cache(maxsize=None)
 def _other_versions(target: tuple) -> list[str]:
     """The Triton versions the store holds kernels for ``target`` of, other than this one's."""
     import json
@@ -626,7 +627,7 @@ def _load_shipped(key, fn, require: dict | None):
         store = _prebuilt_store(triton.__version__)
         if store is None:
             if not _prebuilt_warned:
-                others = _other_versions(gpu_target())
+                others = _other_versions(tuple(gpu_target()))
                 if others:
                     _prebuilt_warned = True
                     warnings.warn(f"tiledmm: its compiled kernels were built with Triton {', '.join(others)}; this "
@@ -738,6 +739,7 @@ def export_compiled(out=None, index=None, fresh: bool = False) -> dict:
         if b.name not in named:
             b.unlink()
     _prebuilt_store.cache_clear()
+    _other_versions.cache_clear()
     blobs = {b for e in doc["kernels"].values() for b in e["files"].values()}
     raw = sum(len(gzip.decompress((out / "blobs" / b).read_bytes())) for b in blobs)
     by_name: dict = {}
