@@ -9,7 +9,7 @@ every machine with this tiledmm and this Triton version (``_adapter.IndexKey.shi
 nothing. This script fills the store for the installed Triton version and this GPU's target (sm_90 on an
 H100 or H200): it runs the calls below through tiledmm's public API with an empty Triton cache and
 kernel index (``TILEDMM_PREBUILT=off``, ``TILEDMM_TUNE`` off: the default picks), in ``--jobs`` worker
-processes that share that cache (scripts/compile_workers.py), then copies every kernel the index recorded
+processes that share that cache, then copies every kernel the index recorded
 into the store (``_adapter.export_compiled``: metadata and cubin, each distinct file once, gzipped) and
 prints the size report. The store is keyed by the kernels' sources: build it from the code you ship.
 
@@ -40,9 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[0] / "src"))
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 PARTS = ("table", "suites", "rows", "linear", "invariant")
 DTYPES = (("bfloat16", "none"), ("float16", "none"), ("float32", "tf32"), ("float32", "ieee"))
@@ -199,24 +197,39 @@ def run_point(torch, tiledmm, p: dict) -> str | None:
     return None
 
 
-def worker(points: list[dict], args) -> None:
+def worker(points: list[dict], shard: int, jobs: int) -> None:
+    """Run this shard's share of the points (every ``jobs``-th from ``shard``); a failure is printed and
+    the next point goes on."""
     import torch
 
     import tiledmm
-    from compile_workers import compile_shard
-    bad = []
+    for p in points[shard::jobs]:
+        try:
+            why = run_point(torch, tiledmm, p)
+            torch.cuda.synchronize()
+            if why:
+                print(f"[worker {shard}] table layout {p['layout']} {p['cls']} synthesised as {why}", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"[worker {shard}] {p}: {type(e).__name__}: {str(e)[:200]}", flush=True)
 
-    def launch(p):
-        why = run_point(torch, tiledmm, p)
-        if why:
-            bad.append((p["layout"], why))
-    compile_shard(points, args, launch, torch.cuda.synchronize)
-    for layout, got in bad:
-        print(f"[worker {args.shard}] table layout {layout} synthesised as {got}", flush=True)
+
+def run_workers(args, seconds: float) -> None:
+    """``args.jobs`` copies of this script as workers on the shared Triton cache, for at most ``seconds``."""
+    import subprocess
+    t0 = time.time()
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", "--shard", str(i), "--jobs", str(args.jobs),
+                               "--parts", args.parts, "--triton-cache", args.triton_cache]) for i in range(args.jobs)]
+    for pr in procs:
+        try:
+            pr.wait(timeout=max(10.0, seconds - (time.time() - t0)))
+        except subprocess.TimeoutExpired:
+            pr.kill()
+            pr.wait()
+            print("# a worker ran out of time (killed): its remaining calls compile on first use", flush=True)
+    print(f"# calls run in {time.time() - t0:.1f} s by {args.jobs} workers", flush=True)
 
 
 def main() -> int:
-    import compile_workers
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default=",".join(PARTS))
     ap.add_argument("--budget-s", type=float, default=420.0)
@@ -224,8 +237,10 @@ def main() -> int:
     ap.add_argument("--merge", action="store_true", help="keep this Triton version's entries already there")
     ap.add_argument("--plan", action="store_true", help="print the number of calls per part and exit (no GPU)")
     ap.add_argument("--collect-only", action="store_true", help="run nothing: export the current index")
+    ap.add_argument("--jobs", type=int, default=8, help="worker processes (they share the GPU and Triton's cache)")
     ap.add_argument("--triton-cache", default=None, help=argparse.SUPPRESS)   # the workers' shared cache
-    compile_workers.add_args(ap, jobs=8, compile_s=360.0)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--shard", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     parts = [x for x in args.parts.split(",") if x]
 
@@ -257,17 +272,14 @@ def main() -> int:
         print("build_kernels: needs a CUDA GPU (--plan runs without one)", file=sys.stderr)
         return 2
     if args.worker:
-        worker(points, args)
+        worker(points, args.shard, args.jobs)
         return 0
     t0 = time.time()
     if not args.collect_only:
-        extra = ["--parts", args.parts, "--triton-cache", args.triton_cache]
-        args.compile_s = min(args.compile_s, args.budget_s - 60)
         if args.jobs <= 1:
-            args.shard = 0
-            worker(points, args)
+            worker(points, 0, 1)
         else:
-            compile_workers.precompile(__file__, args, extra)
+            run_workers(args, args.budget_s - 60)
     from triton import knobs
     index = Path(knobs.cache.dir) / "tiledmm-index"
     report = _adapter.export_compiled(args.out, index=index, fresh=not args.merge and not args.collect_only)
