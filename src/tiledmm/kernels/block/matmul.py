@@ -25,7 +25,6 @@ from ...timing import device_and_host
 from . import check_precision
 from . import configs as C
 from . import heuristics as H
-from . import invariant
 from . import shipped
 from . import tma_copy
 from . import variants as V
@@ -89,7 +88,7 @@ def resolved(a, b, c, precision: str, alpha: float, beta: float, passes: int = 0
     (``Variant.epilogue``: a bias, an activation; tiledmm.ops asks with them), charged to those
     variants by the model; a key of its own. In batch-invariant mode: ``invariant.resolved``'s plan."""
     if invariance.get():
-        return invariant.resolved(a, b, c, precision, alpha, beta, passes)
+        return _invariant().resolved(a, b, c, precision, alpha, beta, passes)
     key = plan_key(a, b, c, precision, alpha, beta)
     if passes:
         key = (*key[:-1], passes, key[-1])
@@ -98,6 +97,14 @@ def resolved(a, b, c, precision: str, alpha: float, beta: float, passes: int = 0
         with _lock:     # one thread resolves a key; the others then read its plan
             fn = _plans.get(key) or _resolve(key, a, b, c, precision, alpha, beta, passes)
     return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _invariant():
+    """The batch-invariant mode's planner (``invariant.py``), imported by name on first use: it imports
+    this module, not the reverse."""
+    import importlib
+    return importlib.import_module(".invariant", __package__)
 
 
 def _bind(v: V.Variant, precision: str, config: dict) -> Callable:
