@@ -66,7 +66,7 @@ class TorchPlan:
         self.stream = _adapter.raw_stream_getter()
         # made in batch-invariant mode (api keeps such plans apart): its classes are keyed by exact N and K
         # too, as the mode's plans are (invariant.key_of)
-        self.exact = invariance.get()
+        self.exact_nk = invariance.get()
 
     def __call__(self, a, b, out, alpha, beta):
         ta, tb = type(alpha), type(beta)
@@ -108,7 +108,7 @@ class TorchPlan:
         hit = self.seen.get(sig)          # a signature seen before: its class's entry without the key
         if hit is None:
             key = _class_key(index, sa, sb, st_a, st_b, st_c, pa, pb, pc, self.m, alpha, beta)
-            if self.exact:
+            if self.exact_nk:
                 key = (*key, sa[-1], sb[-1])
             hit = self.bound.get(key)
             if hit is None:
