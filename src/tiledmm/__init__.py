@@ -7,9 +7,11 @@ from ._arrays import TiledmmError  # noqa: E402
 from ._backend import emulating  # noqa: E402
 from . import registry  # noqa: E402
 from .api import kernel_names, matmul  # noqa: E402
+from .invariance import batch_invariant  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "kernel_names", "registry", "emulating", "TiledmmError", "enable", "ops", "nn", "grouped_matmul",
+__all__ = ["matmul", "kernel_names", "batch_invariant", "registry", "emulating", "TiledmmError", "enable", "ops", "nn",
+           "grouped_matmul",
            "__version__"]
 
 

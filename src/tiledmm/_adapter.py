@@ -34,6 +34,10 @@ stand-in descriptor (Gluon kernels)
 ``Tensor._version``, ``StorageWeakRef``  torch 2.11 / 2.13          (kmajor_cache: opt-in only)
 numba ``DeviceNDArray`` over a foreign  numba-cuda 0.30.4          numba's ``device_array``
 pointer (``MemoryPointer``, ``owner``)
+numba's ``CUDACache`` subclassed: its   numba-cuda 0.30.4          no disk cache (the SIMT kernels
+``_index_key``, ``_impl_class``, the                               compile in every process)
+locator and ``IndexDataCacheFile``
+classes, a dispatcher's ``_cache``
 =====================================  =========================  ===================================
 
 Triton's launch shortcuts are used only after a *self-test* on first use: a tiny kernel is
@@ -53,6 +57,7 @@ error takes the JIT as before. ``TILEDMM_KERNEL_INDEX=off`` turns the index off.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import threading
 import warnings
@@ -392,24 +397,38 @@ def gpu_target() -> tuple:
     return t.backend, t.arch, t.warp_size
 
 
-def index_key(fn, meta: dict, num_warps: int, num_stages: int, spec) -> str | None:
+class IndexKey(str):
+    """A kernel-index key (the text: this machine's, ``triton_fingerprint`` in it) carrying the same
+    specialisation's *shipped key* in ``shipped``: the one key of the package's compiled kernels
+    (``load_compiled`` looks it up on a miss), made of parts that are alike on every machine with this
+    tiledmm and this Triton version."""
+    shipped: str | None = None
+
+
+def index_key(fn, meta: dict, num_warps: int, num_stages: int, spec) -> IndexKey | None:
     """tiledmm's key of one specialisation of JIT function ``fn`` (None where the index is off or a
-    part cannot be had). ``spec``: what the launch's runtime arguments specialise on (any value with a
-    stable repr). ``fn`` may instead be a string that stands for its source: a hash of the whole file
-    that defines it (a kernel whose module should not be imported just to look it up: gluon-ws)."""
+    part cannot be had), with its shipped key (``IndexKey``). ``spec``: what the launch's runtime
+    arguments specialise on (any value with a stable repr). ``fn`` may instead be a string that stands
+    for its source: a hash of the whole file that defines it (a kernel whose module should not be
+    imported just to look it up: gluon-ws)."""
     triton_cache_ready()     # (a lookup comes before the first compile of a kernel)
     if not _index_on():
         return None
     try:
         import hashlib
+
+        import triton
         from triton import knobs
         from triton._C.libtriton import get_cache_invalidating_env_vars
         if knobs.compilation.always_compile:
             return None
-        parts = (fn if isinstance(fn, str) else fn.cache_key, sorted(meta.items()), num_warps, num_stages, spec, gpu_target(), triton_fingerprint(),
-                 sorted(get_cache_invalidating_env_vars().items()), getattr(fn, "debug", None), knobs.runtime.debug,
-                 knobs.compilation.instrumentation_mode)
-        return hashlib.sha256(repr(parts).encode()).hexdigest()
+        common = (fn if isinstance(fn, str) else fn.cache_key, sorted(meta.items()), num_warps, num_stages, spec,
+                  gpu_target())
+        rest = (sorted(get_cache_invalidating_env_vars().items()), getattr(fn, "debug", None), knobs.runtime.debug,
+                knobs.compilation.instrumentation_mode)
+        key = IndexKey(hashlib.sha256(repr((*common, triton_fingerprint(), *rest)).encode()).hexdigest())
+        key.shipped = hashlib.sha256(repr(("shipped", *common, triton.__version__, *rest)).encode()).hexdigest()
+        return key
     except Exception:   # noqa: BLE001  a changed Triton: no index, the JIT as before
         return None
 
@@ -469,7 +488,8 @@ def remember_compiled(key: str | None, ck, **notes) -> None:
                  "source": [type(src).__module__, type(src).__qualname__],
                  "signature": dict(src.signature),
                  "constants": [[list(k), _encode(v)] for k, v in src.constants.items()],
-                 "attrs": [[list(k), v] for k, v in src.attrs.items()], "notes": notes}
+                 "attrs": [[list(k), v] for k, v in src.attrs.items()], "notes": notes,
+                 "shipped": getattr(key, "shipped", None)}       # (what export_compiled ships it under)
         _write_atomic(_index_path(key), json.dumps(entry))
     except Exception:   # noqa: BLE001  (a read-only cache folder, an odd constant): not remembered
         pass
@@ -501,13 +521,22 @@ def load_compiled(key: str | None, fn=None, require: dict | None = None):
     refers to it), or a ``SourceStub`` for it."""
     if key is None:
         return None
-    import importlib
     try:
         entry = _cachefile.read_json(_index_path(key), "kernel-index entry", _index_entry,
                                      then="ignored: Triton's JIT finds the kernel")
-        if entry is None:
-            return None
-        notes = entry["notes"]
+    except Exception:   # noqa: BLE001  an unreadable cache folder: a miss
+        return None
+    if entry is None:     # not compiled here before (or damaged): the package's compiled kernels, if it has it
+        return _load_shipped(key, fn, require)
+    return _from_entry(entry, fn, require)
+
+
+def _from_entry(entry: dict, fn, require: dict | None, group: dict | None = None):
+    """The CompiledKernel an index entry describes (``group``: its files, else Triton's cache entry's),
+    loaded on the current device; None where anything is amiss."""
+    import importlib
+    try:
+        notes = entry.get("notes") or {}
         if any(notes.get(k) != v for k, v in (require or {}).items()):
             return None
         from triton.compiler import compiler
@@ -520,7 +549,7 @@ def load_compiled(key: str | None, fn=None, require: dict | None = None):
         else:
             source = getattr(importlib.import_module(module), qualname)
         name = entry["name"]
-        group = get_cache_manager(entry["hash"]).get_group(f"{name}.json")
+        group = group or get_cache_manager(entry["hash"]).get_group(f"{name}.json")
         if not group or f"{name}.json" not in group:
             return None
         constants = {tuple(k): _decode(v) for k, v in entry["constants"]}
@@ -572,6 +601,211 @@ def _settle_triton_cache() -> str:
         knobs.cache.dir = usable
         os.environ["TRITON_CACHE_DIR"] = usable
     return usable
+
+
+# -- Triton: compiled kernels shipped in the package ------------------------------------------------------
+#
+# The kernel index made portable: a miss in this machine's index looks the specialisation's shipped key
+# (``IndexKey.shipped``) up in the package's store of compiled kernels, one per Triton version:
+# ``kernels/block/prebuilt/triton-<version>.json`` (index: shipped key -> the entry ``remember_compiled``
+# writes, and its files) and ``prebuilt/blobs/`` (each distinct file once, gzipped, named by a hash of
+# its content). A hit installs the kernel's files into Triton's cache and its entry into the local index
+# (the next process finds it there) and compiles nothing. scripts/build_kernels.py writes the store on a
+# GPU (``export_compiled``). A store only for other Triton versions that covers this GPU: one warning,
+# and the JIT compiles as before; ``TILEDMM_PREBUILT=off`` leaves the store alone.
+
+PREBUILT_FORMAT = 1
+_prebuilt_warned = False
+
+
+def prebuilt_dir():
+    """The package's store of compiled kernels."""
+    from pathlib import Path
+    return Path(__file__).parent / "kernels" / "block" / "prebuilt"
+
+
+def _prebuilt_on() -> bool:
+    import os
+    return os.environ.get("TILEDMM_PREBUILT", "").lower() not in ("off", "0", "no", "false")
+
+
+def read_prebuilt(path) -> bytes | None:
+    """One file of the store, or None where it is missing or unreadable (the one reader of the store's
+    files: a damaged one is a miss)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def _prebuilt_store(version: str):
+    """The store's index for Triton ``version`` (its kernels by shipped key, its targets), or None."""
+    import json
+    data = read_prebuilt(prebuilt_dir() / f"triton-{version}.json")
+    try:
+        doc = json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or doc.get("format") != PREBUILT_FORMAT or doc.get("triton") != version:
+        return None
+    return doc
+
+
+@functools.lru_cache(maxsize=None)
+def _other_versions(target: tuple) -> list[str]:
+    """The Triton versions the store holds kernels for ``target`` of, other than this one's."""
+    import json
+
+    import triton
+    out = []
+    for p in sorted(prebuilt_dir().glob("triton-*.json")):
+        try:
+            doc = json.loads(read_prebuilt(p) or b"")
+        except ValueError:
+            continue
+        if isinstance(doc, dict) and doc.get("triton") != triton.__version__ and \
+                list(target) in [list(t) for t in doc.get("targets", [])]:
+            out.append(str(doc.get("triton")))
+    return out
+
+
+def _load_shipped(key, fn, require: dict | None):
+    """The package's compiled kernel for ``key.shipped`` (see above), installed into Triton's cache and
+    the local index; None where the store lacks it (after one warning per process where the store is
+    another Triton version's for this GPU)."""
+    global _prebuilt_warned
+    shipped = getattr(key, "shipped", None)
+    if shipped is None or not _prebuilt_on():
+        return None
+    try:
+        import triton
+        store = _prebuilt_store(triton.__version__)
+        if store is None:
+            if not _prebuilt_warned:
+                others = _other_versions(tuple(gpu_target()))
+                if others:
+                    _prebuilt_warned = True
+                    warnings.warn(f"tiledmm: its compiled kernels were built with Triton {', '.join(others)}; this "
+                                  f"is Triton {triton.__version__}: kernels compile on their first use instead",
+                                  RuntimeWarning, stacklevel=4)
+            return None
+        entry = store["kernels"].get(shipped)
+        if entry is None or any((entry.get("notes") or {}).get(k) != v for k, v in (require or {}).items()):
+            return None
+        group = _install(entry)
+        if group is None:
+            return None
+        local = {k: v for k, v in entry.items() if k != "files"}
+        ck = _from_entry(local, fn, require, group)
+        if ck is not None:
+            import json
+            try:
+                _write_atomic(_index_path(key), json.dumps(local))
+            except OSError:     # a read-only cache: the next process installs it again
+                pass
+        return ck
+    except Exception:   # noqa: BLE001  a damaged store, a changed Triton: the JIT as before
+        return None
+
+
+def _install(entry: dict) -> dict | None:
+    """An entry's files in Triton's cache (where they are not yet), as Triton's group of them."""
+    import gzip
+    import hashlib
+
+    from triton.runtime.cache import get_cache_manager
+    cache = get_cache_manager(entry["hash"])
+    name = f"{entry['name']}.json"
+    group = cache.get_group(name)
+    if group and set(entry["files"]) <= set(group):
+        return group
+    group = {}
+    for fname, blob in entry["files"].items():
+        packed = read_prebuilt(prebuilt_dir() / "blobs" / blob)
+        if packed is None:
+            return None
+        data = gzip.decompress(packed)
+        if not blob.startswith(hashlib.sha256(data).hexdigest()[:32]):
+            return None          # damaged: a miss
+        group[fname] = cache.put(data, fname, binary=True)
+    cache.put_group(name, group)
+    return group
+
+
+def export_compiled(out=None, index=None, fresh: bool = False) -> dict:
+    """Copy every kernel this machine's index recorded (``index``: its folder, default
+    ``<Triton's cache>/tiledmm-index``) into the store (``out``, default ``prebuilt_dir()``) for this
+    Triton version: its metadata and binary (the other stages of Triton's output are left out), each
+    distinct file once. Entries already there are kept (``fresh``: this version's are dropped first);
+    blobs no version's index names are removed. Returns a report: kernels, distinct files, their bytes
+    raw and stored, per kernel name."""
+    import gzip
+    import hashlib
+    import json
+    from pathlib import Path
+
+    import triton
+    from triton.runtime.cache import get_cache_manager
+    out = Path(out) if out is not None else prebuilt_dir()
+    index = Path(index) if index is not None else _index_path("x").parent
+    doc_path = out / f"triton-{triton.__version__}.json"
+    try:
+        doc = json.loads(doc_path.read_text())
+        assert doc.get("format") == PREBUILT_FORMAT and not fresh
+    except (OSError, ValueError, AssertionError):
+        doc = {"format": PREBUILT_FORMAT, "triton": triton.__version__, "targets": [], "kernels": {}}
+    (out / "blobs").mkdir(parents=True, exist_ok=True)
+    added = 0
+    for p in sorted(index.glob("*.json")):
+        try:
+            entry = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue            # (the self-test's verdicts, a damaged entry)
+        if not isinstance(entry, dict) or not entry.get("shipped"):
+            continue
+        group = get_cache_manager(entry["hash"]).get_group(f"{entry['name']}.json") or {}
+        keep = {f: path for f, path in group.items() if f.endswith((".json", ".cubin"))}
+        if not any(f.endswith(".cubin") for f in keep):
+            continue
+        files = {}
+        for fname, path in sorted(keep.items()):
+            data = Path(path).read_bytes()
+            if fname.endswith(".json"):
+                target = json.loads(data).get("target") or {}
+                t = [target.get("backend"), target.get("arch"), target.get("warp_size")]
+                if t not in doc["targets"]:
+                    doc["targets"].append(t)
+            blob = f"{hashlib.sha256(data).hexdigest()[:32]}{Path(fname).suffix}.gz"
+            if not (out / "blobs" / blob).exists():
+                (out / "blobs" / blob).write_bytes(gzip.compress(data, 9, mtime=0))
+            files[fname] = blob
+        shipped = entry.pop("shipped")
+        added += shipped not in doc["kernels"]
+        doc["kernels"][shipped] = {**entry, "files": files}
+    doc["kernels"] = dict(sorted(doc["kernels"].items()))
+    doc_path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
+    named = set()
+    for p in out.glob("triton-*.json"):
+        try:
+            named |= {b for e in json.loads(p.read_text())["kernels"].values() for b in e["files"].values()}
+        except (OSError, ValueError, KeyError):
+            continue
+    for b in (out / "blobs").glob("*.gz"):
+        if b.name not in named:
+            b.unlink()
+    _prebuilt_store.cache_clear()
+    _other_versions.cache_clear()
+    blobs = {b for e in doc["kernels"].values() for b in e["files"].values()}
+    raw = sum(len(gzip.decompress((out / "blobs" / b).read_bytes())) for b in blobs)
+    by_name: dict = {}
+    for e in doc["kernels"].values():
+        by_name[e["name"]] = by_name.get(e["name"], 0) + 1
+    return {"triton": triton.__version__, "kernels": len(doc["kernels"]), "added": added, "files": len(blobs),
+            "cubins": sum(b.split(".")[1] == "cubin" for b in blobs), "raw_bytes": raw,
+            "stored_bytes": sum((out / "blobs" / b).stat().st_size for b in blobs) + doc_path.stat().st_size,
+            "targets": doc["targets"], "by_name": by_name}
 
 
 # -- torch -----------------------------------------------------------------------------------------------
@@ -645,6 +879,116 @@ def numba_array_maker(index: int):
     return make
 
 
-__all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key", "load_compiled", "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch", "TensorDescLaunch", "tensordesc_launch", "ensure_context", "raw_stream",
-           "raw_stream_getter", "device_getter", "internal_overlap", "gpu_sleep", "version_counter",
-           "storage_weakref", "numba_array_maker"]
+def numba_disk_cache(kernel, tag: str, root: str, on_ready: Callable[[], object] | None = None) -> bool:
+    """Give the numba CUDA kernel ``kernel`` (a dispatcher not yet compiled) a disk cache in ``root``
+    keyed by ``tag`` -- a text that names everything its factory froze into it (numba-cuda 0.30.4's
+    ``CUDACache`` subclassed). numba's own ``cache=True`` keys a kernel by its bytecode and a pickle
+    of its closure, which for a factory's kernel holds other dispatchers (pickled by value, their
+    own closures included) and misses its jit options (``launch_bounds``); here the closure's hash is
+    replaced by the tag's. Each tag has its own index and data files, a data file named by a hash of
+    its key, so processes that compile different kernels at once never overwrite each other's data
+    (numba numbers data files per index). A damaged or unreadable file is a miss, a failed write is
+    ignored. ``on_ready()`` is called after a kernel was loaded from or written to the disk. False
+    (nothing changed: the kernel compiles in every process, as before) where this numba differs or
+    the folder cannot be written."""
+    cls = _numba_cache_class(str(root))
+    if cls is None or not hasattr(kernel, "_cache") or not hasattr(kernel, "py_func"):
+        return False
+    try:
+        kernel._cache = cls(kernel.py_func, tag, on_ready)
+    except Exception:  # noqa: BLE001 -- no locator (a read-only folder), another numba: no disk cache
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=None)
+def _numba_cache_class(root: str):
+    """The tagged cache class (``numba_disk_cache``) of one cache folder, or None."""
+    import hashlib
+    import os
+    try:
+        import numba_cuda
+        from numba.cuda.dispatcher import CUDACache, CUDACacheImpl
+        try:
+            from numba.cuda.core.caching import IndexDataCacheFile, _CacheLocator, _SourceFileBackedLocatorMixin
+        except ImportError:     # numba-cuda before its own copy of numba's caching
+            from numba.core.caching import IndexDataCacheFile, _CacheLocator, _SourceFileBackedLocatorMixin
+    except ImportError:
+        return None
+
+    def sha(x) -> str:
+        return hashlib.sha256(x if isinstance(x, bytes) else str(x).encode()).hexdigest()
+
+    class Locator(_SourceFileBackedLocatorMixin, _CacheLocator):
+        def __init__(self, py_func, py_file):
+            self._py_file = py_file
+            self._lineno = py_func.__code__.co_firstlineno
+            self._cache_path = os.path.join(root, self.get_suitable_cache_subpath(py_file))
+
+        def get_cache_path(self):
+            return self._cache_path
+
+    class Impl(CUDACacheImpl):
+        _locator_classes = [Locator]
+
+    class KeyedFile(IndexDataCacheFile):
+        def __init__(self, cache_path, filename_base, source_stamp):
+            super().__init__(cache_path, filename_base, source_stamp)
+            self._base = filename_base
+
+        def save(self, key, data):
+            name = f"{self._base}.{sha(repr(key))[:20]}.nbc"
+            self._save_data(name, data)          # the data first, then the index entry naming it
+            try:
+                overloads = self._load_index()
+            except Exception:  # noqa: BLE001 -- a damaged index: started again
+                overloads = {}
+            overloads[key] = name
+            self._save_index(overloads)
+
+    class TaggedCache(CUDACache):
+        _impl_class = Impl
+
+        def __init__(self, py_func, tag: str, on_ready):
+            self._tag, self._on_ready = tag, on_ready
+            super().__init__(py_func)
+            self._cache_file = KeyedFile(self._cache_path, f"{self._impl.filename_base}-{sha(tag)[:16]}",
+                                         self._impl.locator.get_source_stamp())
+
+        def _index_key(self, sig, codegen):
+            key = (sig, codegen.magic_tuple(), getattr(numba_cuda, "__version__", ""),
+                   (sha(self._py_func.__code__.co_code), sha(self._tag)))
+            if getattr(self, "_launch_config_key", None) is not None:
+                key += (("launch_config", self._launch_config_key),)
+            return key
+
+        def load_overload(self, sig, target_context):
+            try:
+                data = super().load_overload(sig, target_context)
+            except Exception:  # noqa: BLE001 -- damaged, truncated, another format: a miss
+                return None
+            if data is not None:
+                self._ready()
+            return data
+
+        def save_overload(self, sig, data):
+            try:
+                super().save_overload(sig, data)
+            except Exception:  # noqa: BLE001 -- a full disk, a read-only folder: compiled again next time
+                return
+            self._ready()
+
+        def _ready(self):
+            if self._on_ready is not None:
+                try:
+                    self._on_ready()
+                except Exception:  # noqa: BLE001 -- a marker not written: only a later pick is the poorer
+                    pass
+    return TaggedCache
+
+
+__all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key", "load_compiled",
+           "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch",
+           "TensorDescLaunch", "tensordesc_launch", "ensure_context", "raw_stream", "raw_stream_getter",
+           "device_getter", "internal_overlap", "gpu_sleep", "version_counter", "storage_weakref",
+           "numba_array_maker", "numba_disk_cache", "IndexKey", "export_compiled", "prebuilt_dir", "read_prebuilt"]

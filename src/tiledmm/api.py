@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _adapter, _backend, epilogue, registry, tuning
+from . import _adapter, _backend, epilogue, invariance, registry, tuning
 from ._arrays import (SUPPORTED_DTYPES, TiledmmError, describe, device_name, dtype_name, from_torch, kind_of,
                       on_host, overlaps, shape_str, to_torch, write_back, writable_view)
 from .registry import KernelSpec
@@ -130,9 +130,9 @@ def matmul(a: Any, b: Any, *, kernel: str | None = None, tile: int | None = None
     Inputs are never modified.
     """
     plain = stream is None and tile is None and max_device_bytes is None and not options   # the one guard
-    if plain and _fast_plans:
-        plan = _fast_plans.get((type(a), type(b), getattr(a, "dtype", None), getattr(b, "dtype", None), kernel,
-                                precision))
+    if plain and _planned:
+        plan = (_invariant_plans if _invariant() else _fast_plans).get(
+            (type(a), type(b), getattr(a, "dtype", None), getattr(b, "dtype", None), kernel, precision))
         if plan is not None:
             r = plan(a, b, out, alpha, beta)
             if r is not None:
@@ -269,7 +269,14 @@ def _gemm(spec: KernelSpec, tile, opts, A, B, C, alpha: float, beta: float, batc
             A2, C2 = A.view(-1, K), C.view(-1, N)
             A, C, batch, nb, M = A2, C2, (), 1, A2.shape[0]
         except RuntimeError:
-            pass
+            if _invariant():       # batch-invariant mode: the rows' kernel whatever A's strides (a batch of
+                A2 = A.reshape(-1, K)      # products would take another): a copy of A, one tall product
+                T = torch.empty(A2.shape[0], N, dtype=C.dtype, device=C.device)
+                if beta != 0.0:
+                    T.copy_(C.reshape(-1, N))
+                _gemm(spec, tile, opts, A2, B, T, alpha, beta, (), A2.shape[0], K, N)
+                C.copy_(T.view(C.shape))
+                return
     if batch:
         A3 = A.expand(batch + (M, K)).reshape(nb, M, K) if A.dim() > 2 else A
         B3 = B.expand(batch + (K, N)).reshape(nb, K, N) if B.dim() > 2 else B
@@ -325,18 +332,25 @@ def _out_of_core(spec, tile, opts, ta, tb, target, alpha, beta, max_device_bytes
 _fast_plans: dict[tuple, Any] = {}
 _fast_lock = threading.Lock()
 tuning.on_mode_change(_fast_plans.clear)   # bound launches chosen under the other tuning mode
+# the batch-invariant mode's plans (tiledmm.invariance: a family's plan made in the mode binds the mode's launches)
+_invariant_plans: dict[tuple, Any] = {}
+_invariant = invariance.get
+_planned = False        # whether any plan was made yet (matmul's guard: until then no lookup at all)
 
 
 def _plan_for(spec: KernelSpec, kind: str, kernel, precision, a, b):
     """The family's short-path plan for calls like this one (validated by the full path), made on
     first use and kept under the key ``matmul``'s guard looks up; None where the family has none."""
+    global _planned
     key = (type(a), type(b), a.dtype, b.dtype, kernel, precision)
-    plan = _fast_plans.get(key)
+    plans = _invariant_plans if _invariant() else _fast_plans
+    plan = plans.get(key)
     if plan is None and spec.fast_plan is not None:
         plan = spec.fast_plan(kind, a, precision)
         if plan is not None:
             with _fast_lock:
-                plan = _fast_plans.setdefault(key, plan)
+                plan = plans.setdefault(key, plan)
+                _planned = True
     return plan
 
 

@@ -70,11 +70,12 @@ class Traits:
         max(GPU, host) is. H100 probe: an unbound blocked launch 48 us, tma-copy 200 us,
         gluon-ws 25-27 us through the plan
         (its own bound C launch; 95-153 us through Gluon's JIT launcher).
-    compiles_per_process: its kernels are compiled anew in every process (numba-cuda keeps no disk
-        cache of rung 11's kernels: about 4.5 s on a first call on the H100), where Triton's
-        come from its disk cache in ~0.1 s. The no-timing default (the shipped table) does not pick
-        such a variant -- its first call would wait for seconds; timing (TILEDMM_TUNE=on, whose user
-        accepts a wait), the store and a forced ``variant=`` still may.
+    compiles_per_process: its kernels are compiled on a process's first call unless already on disk
+        (rung 11's numba kernels: about 4.5 s on an H100's first call; kept on disk by
+        kernels/simt_cache.py), where Triton's come from its disk cache in ~0.1 s. The no-timing default
+        (the shipped table) picks such a variant only where its kernel is on disk (``Variant.on_disk``)
+        -- else its first call would wait for seconds; timing (TILEDMM_TUNE=on, whose user accepts a
+        wait), the store and a forced ``variant=`` still may.
     own_config_by_shape: its config is its own model's for the call's size (it offers the dispatcher
         one config, the one its model picks): where the shipped table names the variant, that config
         is taken, not the one the table recorded at its class's representative size; and where the

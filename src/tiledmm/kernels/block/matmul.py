@@ -17,7 +17,7 @@ import functools
 import threading
 from typing import Callable
 
-from ... import tuning
+from ... import invariance, tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating
 from ...registry import shape_class
@@ -86,7 +86,9 @@ def resolved(a, b, c, precision: str, alpha: float, beta: float, passes: int = 0
     """The launch for this call's plan key, ``f(a, b, c, alpha=, beta=)`` (chosen on first use).
     ``passes``: elementwise passes over C the caller makes after a variant without a fused epilogue
     (``Variant.epilogue``: a bias, an activation; tiledmm.ops asks with them), charged to those
-    variants by the model; a key of its own."""
+    variants by the model; a key of its own. In batch-invariant mode: ``invariant.resolved``'s plan."""
+    if invariance.get():
+        return _invariant().resolved(a, b, c, precision, alpha, beta, passes)
     key = plan_key(a, b, c, precision, alpha, beta)
     if passes:
         key = (*key[:-1], passes, key[-1])
@@ -95,6 +97,14 @@ def resolved(a, b, c, precision: str, alpha: float, beta: float, passes: int = 0
         with _lock:     # one thread resolves a key; the others then read its plan
             fn = _plans.get(key) or _resolve(key, a, b, c, precision, alpha, beta, passes)
     return fn
+
+
+@functools.lru_cache(maxsize=None)
+def _invariant():
+    """The batch-invariant mode's planner (``invariant.py``), imported by name on first use: it imports
+    this module, not the reverse."""
+    import importlib
+    return importlib.import_module(".invariant", __package__)
 
 
 def _bind(v: V.Variant, precision: str, config: dict) -> Callable:
@@ -212,7 +222,9 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
     """The shipped table's choice for ``key`` (``shipped.py``: this GPU model's table, the nearest
     class with this layout whose variant runs the call, does not compile anew in every process
     (``Traits.compiles_per_process``: a first call would wait seconds for it) and whose config
-    fits), added to ``options`` if the class's own candidates lack it; None where there is none. For a
+    fits), added to ``options`` if the class's own candidates lack it; None where there is none. An
+    entry's ``fastest`` that compiles anew in every process is taken where its kernel is on disk
+    (``_fastest_on_disk``: rung 11 after its first compile on this machine). For a
     variant whose config is its own model's (``Traits.own_config_by_shape``) the table gives the variant
     and the candidate of this call's size its config (the table's was the model's at the class's
     representative size, up to 2x off in N and K)."""
@@ -227,6 +239,10 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
     dev = device(idx)
     runnable = {v.name: v for v in _runnable(a, b, c, precision, alpha, beta, p.batch)}
     for e in shipped.nearest(table, key, esize=a.element_size(), l2_bytes=props.l2_bytes or 50 * 2 ** 20):
+        fast = _fastest_on_disk(e, runnable, a, b, c, precision)
+        if fast is not None:       # the entry's fastest (rung 11), whose kernel a first call loads from disk
+            options.setdefault(fast.name, fast)
+            return fast.name
         v = runnable.get(e["variant"])
         if e["variant"] == tma_copy.NAME and v is not None and v.traits.copies(a, b, c, precision) == 0 \
                 and V.TMA.name in runnable:
@@ -245,6 +261,20 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
             options[name] = H.Candidate(name, dict(cfg), v.traits, 0, v, True)
         return name
     return None
+
+
+def _fastest_on_disk(e: dict, runnable: dict, a, b, c, precision) -> H.Candidate | None:
+    """A table entry's ``fastest`` (the candidate timed fastest, where the entry's own is the fastest the
+    default could take: rung 11, compiled anew in every process) as a candidate, where its variant runs the
+    call and has this call's kernel compiled on disk already (``Variant.on_disk``); else None."""
+    name = e.get("fastest")
+    v = runnable.get(name.partition(":")[0]) if name else None
+    if v is None or v.on_disk is None:
+        return None
+    cfg = next((cf for cf in v.configs(kind_of(precision)) if candidate_name(v.name, cf) == name), None)
+    if cfg is None or not v.on_disk(cfg, a, b, c):
+        return None
+    return H.Candidate(name, dict(cfg), v.traits, 0, v, _repeats_bound(v, a, b, c))
 
 
 # 16-bit products the Gluon kernel takes, of at least GLUON_OWNS_FROM_M rows and GLUON_OWNS_FROM_MACS

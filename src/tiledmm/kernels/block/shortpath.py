@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ... import _adapter
+from ... import _adapter, invariance
 from ..._arrays import dtype_name, to_torch
 from . import fastlaunch
 from . import matmul as dispatcher
@@ -64,6 +64,9 @@ class TorchPlan:
         self.seen: dict[tuple, Any] = {}      # exact signature -> its class's entry
         self.current = _adapter.device_getter()
         self.stream = _adapter.raw_stream_getter()
+        # made in batch-invariant mode (api keeps such plans apart): its classes are keyed by exact N and K
+        # too, as the mode's plans are (invariant.key_of)
+        self.exact_nk = invariance.get()
 
     def __call__(self, a, b, out, alpha, beta):
         ta, tb = type(alpha), type(beta)
@@ -105,6 +108,8 @@ class TorchPlan:
         hit = self.seen.get(sig)          # a signature seen before: its class's entry without the key
         if hit is None:
             key = _class_key(index, sa, sb, st_a, st_b, st_c, pa, pb, pc, self.m, alpha, beta)
+            if self.exact_nk:
+                key = (*key, sa[-1], sb[-1])
             hit = self.bound.get(key)
             if hit is None:
                 self._bind(key, sig, a, b, c, float(alpha), float(beta))

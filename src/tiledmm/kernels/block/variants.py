@@ -26,7 +26,7 @@ from ..._backend import emulating
 from . import configs as C
 from . import batched_small, gluon_gemm, kmajor_cache, splitk, tma_copy
 from . import heuristics as H
-from ._vcommon import cdiv, hopper, tma_ok
+from ._vcommon import capability, cdiv, hopper, index_of, tma_ok
 from ._vcommon import fast as _fast
 from .heuristics import Traits
 from .fastlaunch import WORKSPACE
@@ -66,6 +66,15 @@ class Variant:
     # short path's launch for the whole shape class (fastlaunch.bind's protocol), or None: for a
     # variant whose launches are not FastKernel's (the Gluon kernel binds its own)
     class_launch: Callable[..., object] | None = None
+    # invariant(configs) -> those of its configs whose launches compute each row of C from that row of A,
+    # B and the config alone: no split of K, no atomics, nothing inside the launch chosen by M (a TAIL
+    # config's split of the last wave: its plain twin). None: the batch-invariant mode never takes it
+    # (tiledmm.invariance; kernels/block/invariant.py)
+    invariant: Callable[[list], list] | None = None
+    # on_disk(config, a, b, c) -> whether a variant whose traits say ``compiles_per_process`` has this call's
+    # kernel compiled on disk already (a first call loads it in milliseconds): the no-timing default may then
+    # take it where the shipped table timed it fastest (matmul._shipped_pick)
+    on_disk: Callable[..., bool] | None = None
 
 
 def _dims(a, b):
@@ -106,7 +115,7 @@ def _blocked_launch(a, b, c, *, precision, alpha, beta, config, bias=None, bias_
 BLOCKED = Variant("blocked", lambda a, b, c, p, al, be: True, lambda kind: C.BLOCKED[kind], _blocked_launch, True,
                   traits=Traits(speed=splitk.TRAITS.speed), few_rows=lambda kind: C.BLOCKED_FEW_ROWS[kind],
                   splits_batch=True, emulation=C.EMULATION_CHOICES,
-                  epilogue=True)   # split-K runs the blocked kernel's pieces
+                  epilogue=True, invariant=list)   # split-K runs the blocked kernel's pieces
 
 
 # -- TMA, persistent (Hopper): tma_persistent.py, the kernel in kernels.py ----------------------------
@@ -125,7 +134,8 @@ def _tma_prune(configs: list, M: int, N: int, K: int, sms: int, batch: int = 1) 
 
 
 TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True, prune=_tma_prune,
-              traits=Traits(persistent=True, tma_store=True, speed=_tma_speed, capability=(9, 0)), epilogue=True)
+              traits=Traits(persistent=True, tma_store=True, speed=_tma_speed, capability=(9, 0)), epilogue=True,
+              invariant=list)
 
 
 # -- tf32 with K-major operands ------------------------------------------------------------------
@@ -163,7 +173,7 @@ def with_kmajor(v: Variant) -> Variant:
     t = v.traits
     traits = replace(t, speed=lambda p, cfg: t.speed(replace(p, b_kmajor=True), cfg), copies=copies)
     return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune, traits, v.own_config,
-                   v.few_rows, v.splits_batch, v.emulation, v.epilogue)
+                   v.few_rows, v.splits_batch, v.emulation, v.epilogue, invariant=v.invariant)
 
 
 # -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
@@ -193,10 +203,17 @@ def _simt(bm: int, bn: int, bk: int, stages: int, name: str) -> dict:
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_stages": stages, "name": name}
 
 
+def _simt_on_disk(config: dict, a, b, c) -> bool:
+    """Rung 11's kernel for ``config`` and this call in the SIMT kernels' disk cache (kernels/simt_cache.py)."""
+    from ..simt_cache import async_ready
+    vec_b = b.stride(-1) == 1 and (b.stride(-2) * b.element_size()) % 16 == 0 and b.data_ptr() % 16 == 0
+    return async_ready(config["name"], str(c.dtype).replace("torch.", ""), vec_b, capability(index_of(c)))
+
+
 SIMT_ASYNC = Variant("simt-async", _simt_applicable,
                      lambda kind: [_simt(64, 128, 16, 3, "64x128x16-w32x64-t8x8-s3-m4"),
                                    _simt(128, 128, 16, 3, "128x128x16-w32x64-t8x8-s3-m2")] if kind == "ieee" else [],
-                     _simt_launch, traits=Traits(modelled=False, compiles_per_process=True))
+                     _simt_launch, traits=Traits(modelled=False, compiles_per_process=True), on_disk=_simt_on_disk)
 
 
 # -- every variant the dispatcher chooses among ----------------------------------------------------
@@ -241,7 +258,18 @@ def _gluon_split(M, N, K, batch, config, sms) -> tuple:
     return s, cdiv(K, s)
 
 
-GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune, epilogue=True,
+def _gluon_invariant(configs: list) -> list:
+    """The Gluon kernel's configs that split nothing: SPLIT_K 1 (its split-K adds partials in arrival
+    order), a TAIL config as its plain twin (the tail split depends on how many tiles M makes)."""
+    out = []
+    for c in configs:
+        plain = dict(c, TAIL=0)
+        if c.get("SPLIT_K", 1) == 1 and plain not in out:
+            out.append(plain)
+    return out
+
+
+GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune, epilogue=True, invariant=_gluon_invariant,
                 traits=Traits(persistent=True, tma_store=True, split=_gluon_split, speed=H.gluon_speed,
                               capability=(9, 0), host_us=22.0, own_config_by_shape=True))
 

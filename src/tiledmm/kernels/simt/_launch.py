@@ -21,7 +21,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..._backend import emulating, numba_cuda
-from ... import tuning
+from ... import invariance, tuning
+from .. import simt_cache as _diskcache
 from ..._arrays import TiledmmError
 from ...registry import KernelSpec, register, shape_class
 from ...timing import time_calls
@@ -135,6 +136,8 @@ def tuned(kernel: str, a, b, out, opts, candidates: dict, parse: Callable, choic
         except ValueError as e:
             raise TiledmmError(f"kernel {kernel!r}: {e}") from None
     cands = candidates[dtype]
+    if invariance.get():      # batch-invariant mode: one configuration for every shape (tiledmm.invariance)
+        return cands[0]
     key = tuning.key_of("simt-" + kernel, dtype, shape_class(a.shape[0], b.shape[1], a.shape[1]))
     if key in chosen:
         return chosen[key]
@@ -162,7 +165,10 @@ def register_simt(name: str, summary: str, make: Callable, *, order: int,
     """``make``/``config`` serve the launch and the analysis tools; ``prepare(a, b, out, tile, opts)
     -> Choice`` replaces them for the launch where a kernel picks its own code per call (rung 10's
     autotuner). ``block_tile(tile) -> (BM, BN)``: the P tile a block computes (traffic model)."""
-    cached = lru_cache(maxsize=None)(make)
+    def made(tile, dtype):
+        """``make``'s kernel, its compiled code kept on disk (``kernels/simt_cache.py``: a new process loads it)."""
+        return _diskcache.cached(make(tile, dtype), name, tile, dtype)
+    cached = lru_cache(maxsize=None)(made)
 
     def launch(a, b, c, *, tile, opts):
         choice = prepare(a, b, c, tile, opts) if prepare else prepare_launch(cached, config, a, b, c, tile)

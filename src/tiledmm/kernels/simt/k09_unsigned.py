@@ -25,6 +25,7 @@ from functools import lru_cache
 from numba import uint64
 
 from ..._backend import emulating, numba_cuda
+from .. import simt_cache as _diskcache
 from ._launch import numba_type, register_simt
 from ._tiles import block_config, index_type, phase_loader, store
 from .k05_conflict_free import PAD
@@ -146,7 +147,7 @@ def make_shape(sh: Shape, dtype: str, unroll: int = 1, cap: bool = False):
             cuda.syncthreads()
         store_c(P, acc, row0 + r0, col0 + c0)
 
-    return unsigned
+    return _diskcache.cached(unsigned, "k09_unsigned.make_shape", sh, dtype, unroll, cap)
 
 
 def shape_config(sh: Shape):

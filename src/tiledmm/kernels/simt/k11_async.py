@@ -43,6 +43,7 @@ from numba import uint64
 from ... import tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating, numba_cuda
+from .. import simt_cache as _diskcache
 from ._launch import Choice, dtype_name, numba_type, register_simt, tuned
 from ._tiles import block_config, index_type, store
 from .k09_unsigned import Shape
@@ -372,7 +373,7 @@ def make_async(cfg: Config, dtype: str, vec_b: bool = True, unroll_phase: bool =
             nxt = nxt + U(1) if nxt + U(1) < Su else U(0)
         store_c(P, acc, row0 + r0, col0 + c0)
 
-    return async_ring
+    return _diskcache.cached(async_ring, _diskcache.ASYNC, cfg.name, dtype, vec_b, unroll_phase)
 
 
 # --------------------------------------------------------------------------- the launch
