@@ -22,6 +22,9 @@ class TiledmmError(ValueError):
     """Bad input to tiledmm: the message names the shapes, dtypes or choices involved."""
 
 
+TiledmmError.__module__ = "tiledmm"   # as users name it (tracebacks, repr, pickle): tiledmm.TiledmmError
+
+
 def kind_of(x: Any) -> str:
     if isinstance(x, np.ndarray):
         return "numpy"

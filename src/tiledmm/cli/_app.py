@@ -25,8 +25,15 @@ from .._arrays import TiledmmError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="Tiled matrix multiplication on NVIDIA GPUs: run, check, time and explain the kernels.")
-console = Console(width=None if sys.stdout.isatty() else 132)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 132)
+
+
+def _width(stream) -> int | None:
+    """The terminal's width (rich reads it, and COLUMNS when set); 132 for a pipe or file without COLUMNS."""
+    return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 132
+
+
+console = Console(width=_width(sys.stdout))
+err_console = Console(stderr=True, width=_width(sys.stderr))
 
 # commands that never run a kernel: no emulation banner for them
 NO_KERNEL = {"kernels", "device", "occupancy", "model", "burst", "roofline", "tune"}
