@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperGroup
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -23,7 +24,122 @@ from rich.text import Text
 from .. import __version__
 from .._arrays import TiledmmError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+# what `tiledmm --help` says of each command, in the order it lists them: the main job first, then as a
+# course meets them (one line at 80 columns: click would cut a docstring's first sentence mid-way)
+SUMMARY = {
+    "run": "Multiply random matrices with the kernels; check and time them.",
+    "bench": "Sweep kernels, shapes and precisions against cuBLAS; CSV, plots.",
+    "kernels": "List the registered kernels.",
+    "device": "The GPU's properties the lectures query, with derived peaks.",
+    "occupancy": "Blocks per SM and what limits them, by the CUDA rules.",
+    "model": "Traffic model: bytes per FLOP and which bound binds.",
+    "burst": "The useful fraction of each DRAM burst for an access pattern.",
+    "trace": "Record a SIMT kernel's memory accesses: reuse, coalescing, banks.",
+    "explain": "Draw the slides' tiled example, block by block, phase by phase.",
+    "roofline": "Roofline chart of the SIMT kernels (--bench: measured rates).",
+    "claims": "Every number in the lectures, recomputed.",
+    "tune": "Tune shape classes ahead of time; --show / --forget the store.",
+    "outofcore": "Multiply host matrices bigger than the GPU, streamed in blocks.",
+    "dist": "Distributed GEMM on N local ranks, checked and timed.",
+}
+_ORDER = tuple(SUMMARY)
+
+# -- usage errors ------------------------------------------------------------------------------------
+# what one command calls an option another names differently (run's --dtype is bench's --precision)
+_SAME_JOB = {"--precision": ("--dtype",), "--dtype": ("--precision",), "--kernel": ("--gemm",), "--gemm": ("--kernel",)}
+
+
+def _click_base(name: str) -> type:
+    """A class of the click that typer runs on (its own copy or click itself), found through typer's public
+    ``BadParameter``: ``ClickException`` (every usage error) or ``UsageError``."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
+def _option_names(command) -> dict:
+    """{every spelling: (the long spelling, metavar)} of a click command's options."""
+    names = {}
+    for p in getattr(command, "params", ()):
+        spellings = [*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())]
+        long = next((o for o in spellings if o.startswith("--")), spellings[0] if spellings else None)
+        for o in spellings:
+            names[o] = (long, getattr(p, "metavar", None))
+    return names
+
+
+def _suggest_option(group, command, typed: str) -> str:
+    """' (did you mean --dtype float32|float64?)' for an option ``command`` does not have, or ''."""
+    import difflib
+    mine = _option_names(command)
+    longs = {long for long, _ in mine.values() if long}
+    wanted = []
+    # the same spelling in another command, or an option of the same job under another name
+    for other in getattr(group, "commands", {}).values():
+        long = _option_names(other).get(typed, (None,))[0]
+        if long:
+            wanted += [long, *_SAME_JOB.get(long, ())]
+    wanted += list(_SAME_JOB.get(typed, ()))
+    wanted += difflib.get_close_matches(typed, sorted(longs), n=1, cutoff=0.6)
+    hit = next((w for w in wanted if w in longs), None)
+    if hit is None:
+        return ""
+    metavar = mine[hit][1]
+    return f" (did you mean {hit}{f' {metavar}' if metavar else ''}?)"
+
+
+def _usage_line(group, e, argv: list) -> str:
+    """A click usage error as one line: what was wrong, the option or command meant, where help is."""
+    import difflib
+    ctx = getattr(e, "ctx", None)
+    command = getattr(ctx, "command", None)
+    path = getattr(ctx, "command_path", None) or "tiledmm"
+    typed = getattr(e, "option_name", None)
+    if typed and type(e).__name__ == "NoSuchOption":
+        return f"{path} has no option {typed}{_suggest_option(group, command, typed)}; `{path} -h` lists its options"
+    names = list(getattr(group, "commands", {}))
+    typed = next((a for a in argv if not a.startswith("-")), None)       # the group's options take no values
+    if command is group and typed is not None and typed not in names:   # no such command
+        near = difflib.get_close_matches(typed, names, n=1, cutoff=0.5)
+        return (f"no command {typed!r}" + (f"; did you mean {near[0]!r}?" if near else
+                                             f"; the commands are {', '.join(_ORDER)}")
+                + f" (`{path} -h` says what each does)")
+    message = e.format_message().rstrip(".")
+    return f"{path}: {message[:1].lower()}{message[1:]}; `{path} -h` lists its options"
+
+
+def _run_group(group, args, prog_name, complete_var, extra) -> int:
+    """Run the command line; the exit status. A usage error (an unknown option or command, a missing or
+    malformed value) is one ``error: ...`` line and status 2, as every other bad input is."""
+    try:
+        rv = TyperGroup.main(group, args, prog_name or "tiledmm", complete_var, False, **extra)
+    except typer.Abort:
+        err_console.print(Text("error: ", style="red") + Text("aborted"))
+        return 1
+    except _click_base("ClickException") as e:
+        if type(e).__name__ == "NoArgsIsHelpError":     # `tiledmm` alone: the help, as --help prints it
+            print(e.format_message())
+            return 0
+        argv = sys.argv[1:] if args is None else list(args)
+        line = _usage_line(group, e, argv) if isinstance(e, _click_base("UsageError")) else e.format_message()
+        err_console.print(Text("error: ", style="red") + Text(line), soft_wrap=True)
+        return e.exit_code
+    return rv if isinstance(rv, int) else 0
+
+
+class _Group(TyperGroup):
+    """The ``tiledmm`` group: commands listed in teaching order, usage errors in one line."""
+
+    def list_commands(self, ctx) -> list[str]:
+        names = super().list_commands(ctx)
+        return sorted(names, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER))
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        sys.exit(_run_group(self, args, prog_name, complete_var, extra))
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Tiled matrix multiplication on NVIDIA GPUs: run, check, time and explain the kernels.")
 
 
@@ -63,7 +179,7 @@ def command(name: str | None = None):
                 if os.environ.get("TILEDMM_DEBUG"):
                     raise
                 fail(f"unexpected {type(e).__name__}: {e} (TILEDMM_DEBUG=1 shows the traceback)", 1)
-        return app.command(name)(wrapper)
+        return app.command(name, short_help=SUMMARY.get(name or fn.__name__))(wrapper)
     return deco
 
 
