@@ -110,7 +110,7 @@ def _run_group(group, args, prog_name, complete_var, extra) -> int:
     """Run the command line; the exit status. A usage error (an unknown option or command, a missing or
     malformed value) is one ``error: ...`` line and status 2, as every other bad input is."""
     try:
-        rv = TyperGroup.main(group, args, prog_name or "tiledmm", complete_var, False, **extra)
+        rv = TyperGroup.main(group, args, "tiledmm", complete_var, False, **extra)   # (python -m tiledmm too)
     except typer.Abort:
         err_console.print(Text("error: ", style="red") + Text("aborted"))
         return 1
@@ -300,7 +300,10 @@ def _widths(columns, cells, header: bool, right, fold, width: int) -> list[int] 
 
 
 def _boxed(title: str, columns, cells, widths, *, header: bool, right) -> Table:
-    t = Table(title=title, show_header=header)
+    from rich.cells import cell_len
+    # (no narrower than its title, up to the terminal's width: the title then stays on one line)
+    t = Table(title=Text(title) if title else None, show_header=header,
+              min_width=min(cell_len(title) + 4, console.width) if title else None)
     for c, w in zip(columns, widths):
         # (a number's column is as wide as its widest number: it never wraps; its name may)
         t.add_column(Text(c), justify="right" if c in right else "left", width=w, overflow="fold")
