@@ -384,3 +384,24 @@ def test_readme_shows_run_as_it_prints_at_80_columns(monkeypatch):
                 "│".join(re.sub(r"[\d,.]+", "#", c).strip() if i == 5 else c for i, c in enumerate(ln.split("│")))
                 for ln in lines]
     assert masked(out.splitlines()) == masked(shown)
+
+
+# -- on a GPU ------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_gpu_run_table_fits_80_columns_with_rates():
+    p = subprocess.run([sys.executable, "-m", "tiledmm", "run", "-s", "1000x700x900", "-k", "naive", "-k", "tiled",
+                        "-k", "naive-uncoalesced", "-t", "16", "-t", "32"], capture_output=True, text=True,
+                       timeout=600, env=fresh_env(COLUMNS="80"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    fits(p.stdout, 80)
+    assert "TFLOP/s" in p.stdout and "cuBLAS" in p.stdout and "sim ms" not in p.stdout
+    assert "naive-uncoalesced" in p.stdout and "1000x700x900" in p.stdout and "32x32" in p.stdout
+
+
+@pytest.mark.gpu
+def test_gpu_occupancy_takes_the_registers_from_the_compiled_kernel(monkeypatch):
+    code, out, err = at_width(80, monkeypatch, "occupancy", "--tile", "16")
+    assert code == 0, err
+    m = re.search(r"regs_per_thread\s+│ (\d+) \(from the compiled kernel\)", out)
+    assert m and int(m.group(1)) > 0, out
+    assert "blocks_by_regs" in out and not re.search(r"blocks_by_regs\s+│ –", out)
