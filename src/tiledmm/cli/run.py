@@ -227,37 +227,39 @@ def _nothing_to_run(suites: list, precs: list, kernels: list, tile, gpu: bool) -
 
 
 def _skipped(suites: list, precs: list, kernels: list, tile) -> list[str]:
-    """What the plan left out and why, a line a reason ('not run: ...'), for the end of a bench."""
-    from .. import registry
-    reasons: dict[str, list] = {}
-    simt_only_fp32 = []
+    """What the plan left out and why, for the end of a bench: a line a reason ('not run: ...'), the
+    points of a reason gathered (kernels and shapes named, counted where many)."""
+    from .. import _backend, registry
+    groups: dict[str, tuple[dict, dict]] = {}      # reason -> (kernels, shapes), in the order first met
+    others = ", ".join(p for p in precs if p != "fp32")
+
+    def note(why: str, kernel: str, shape: tuple) -> None:
+        ks, ss = groups.setdefault(why, ({}, {}))
+        ks[kernel] = ss[B.fmt_shape(shape)] = None
     for s in suites:
         for shape in B.SUITES[s]:
             for p in precs:
                 for k in kernels:
                     spec = registry.get(k)
                     if spec.family == "simt" and p != "fp32":
-                        simt_only_fp32.append((k, p))
-                        continue
-                    if spec.family == "simt" and B.work(shape) > B.SIMT_MAX_WORK:
-                        why = (f"the SIMT kernels are benched up to {B.SIMT_MAX_WORK:,} multiply-adds "
-                               f"({', '.join(sorted({x for x in kernels if registry.get(x).family == 'simt'}))})")
-                        reasons.setdefault(why, []).append(B.fmt_shape(shape))
-                        continue
-                    for t in B.tiles_for(k, tile):
-                        why = B.why_not(B.Point(s, shape, p, k, t))
-                        if why:
-                            reasons.setdefault(why, []).append(B.fmt_shape(shape))
-    lines = []
-    if simt_only_fp32:
-        ks = ", ".join(dict.fromkeys(k for k, _ in simt_only_fp32))
-        ps = ", ".join(dict.fromkeys(p for _, p in simt_only_fp32))
-        lines.append(f"not run: {ks} in {ps} (the bench runs the SIMT kernels in fp32 only; "
-                     "`tiledmm run --dtype float64` runs them in float64)")
-    for why, shapes in reasons.items():
-        shapes = list(dict.fromkeys(shapes))
-        lines.append(f"not run: {why}" + (f" ({len(shapes)} shapes)" if len(shapes) > 1 else ""))
-    return lines
+                        note(f"the bench runs the SIMT kernels in fp32 only, not in {others} (`tiledmm run "
+                             "--dtype float64` runs them in float64)", k, shape)
+                    elif spec.family == "simt" and B.work(shape) > B.SIMT_MAX_WORK:
+                        note(f"over {B.SIMT_MAX_WORK:,} multiply-adds, too slow for the SIMT kernels", k, shape)
+                    elif len(shape) == 4 and not spec.batched:
+                        note("a batch, which these kernels do not take", k, shape)
+                    elif _backend.emulating() and spec.emulation_limit is not None and \
+                            B.work(shape) > _backend.emulation_limit(spec.emulation_limit):
+                        note("over the emulation limit (raise TILEDMM_EMULATION_LIMIT if you will wait)", k, shape)
+                    else:
+                        for t in B.tiles_for(k, tile):
+                            why = B.why_not(B.Point(s, shape, p, k, t))
+                            if why:
+                                note(why, k, shape)
+
+    def listed(names: dict, what: str) -> str:
+        return ", ".join(names) if len(names) <= 4 else f"{len(names)} {what}"
+    return [f"not run: {listed(ks, 'kernels')} on {listed(ss, 'shapes')}: {why}" for why, (ks, ss) in groups.items()]
 
 
 def _triton_choices() -> dict:
