@@ -51,15 +51,18 @@ def test_commands_that_run_no_kernel_print_no_banner():
     assert p.returncode == 0 and "emulation" not in p.stderr, p.stderr
 
 
-def test_run_table_labels_naive_tile_as_block():
+def test_run_table_shows_the_tile_as_json_does_and_the_block():
     code, out, err = cli("run", "--shape", "5x6x7", "-k", "naive", "-k", "tiled", "--tile", "4", "--dtype", "float64")
     assert code == 0, out + err
+    assert "fp64" in out.split("┏")[0]                     # the precision all rows share: in the title
     rows = [ln for ln in out.splitlines() if "5x6x7" in ln]
     naive = next(ln for ln in rows if " naive " in ln)
     tiled = next(ln for ln in rows if " tiled " in ln)
-    assert "fp64" in tiled and "ok" in tiled
-    # naive: no TILE_WIDTH ('–'), its 4 is the block's width (4x4); tiled: TILE_WIDTH 4 on a 4x4 block
-    assert re.search(r"│\s+–\s+│\s+4x4\s+│", naive) and re.search(r"│\s+4\s+│\s+4x4\s+│", tiled)
+    assert "ok" in tiled and "ok" in naive
+    # the tile column is the --tile value, as --json says (naive's: its block's width); the block beside it
+    assert re.search(r"│\s+4\s+│\s+4x4\s+│", naive) and re.search(r"│\s+4\s+│\s+4x4\s+│", tiled)
+    code, out, _ = cli("run", "--shape", "5x6x7", "-k", "naive", "--tile", "4", "--json")
+    assert [r["tile"] for r in json.loads(out)["results"]] == [4]
 
 
 def test_version_and_help():
@@ -408,8 +411,9 @@ def test_gpu_tune_tunes_remembers_and_shows(store, monkeypatch):
 
 # -- tiledmm outofcore -----------------------------------------------------------------------------
 def _ooc_row(out: str) -> list[str]:
-    row = next(ln for ln in out.splitlines() if ln.startswith("│"))
-    return [c.strip() for c in row.strip("│").split("│")]
+    """outofcore's result list (a line a quantity) as the values in order: shape, dtype, budget, GEMMs,
+    s (sim s in emulation), tuning s, [TFLOP/s on a GPU,] rel err, check, busy."""
+    return [ln.strip("│").split("│")[1].strip() for ln in out.splitlines() if ln.startswith("│")]
 
 
 @pytest.mark.skipif(GPU, reason="emulation: the CPU stands in for the GPU")
@@ -418,7 +422,7 @@ def test_outofcore_in_emulation_several_blocks_progress_to_the_end(dtype):
     code, out, err = cli("outofcore", "-s", "64x48x80", "--dtype", dtype, "--max-device-bytes", "12KiB")
     assert code == 0, out + err
     assert out.startswith("plan: ") and "GEMMs" in out.splitlines()[0]
-    shape, dt, budget, gemms, secs, tuning_s, tflops, rel, check, busy = _ooc_row(out)
+    shape, dt, budget, gemms, secs, tuning_s, rel, check, busy = _ooc_row(out)      # (no rate in emulation)
     assert (shape, dt, budget) == ("64x48x80", f"{dtype} {'torch' if dtype == 'bfloat16' else 'numpy'}", "12 KiB")
     done, total = map(int, gemms.split("/"))
     assert done == total > 4                          # the progress callback reached the total
@@ -430,7 +434,7 @@ def test_outofcore_default_budget_in_emulation_forces_blocks():
     code, out, err = cli("outofcore", "-s", "40x30x50", "--check-rows", "0", "--seed", "3")
     assert code == 0, out + err
     row = _ooc_row(out)
-    assert int(row[3].split("/")[1]) > 1 and row[7] == "–" and row[8] == "skipped"
+    assert int(row[3].split("/")[1]) > 1 and row[6] == "–" and row[7] == "skipped"
 
 
 def _check_mem_available(monkeypatch):

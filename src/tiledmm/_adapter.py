@@ -38,6 +38,13 @@ numba's ``CUDACache`` subclassed: its   numba-cuda 0.30.4          no disk cache
 ``_index_key``, ``_impl_class``, the                               compile in every process)
 locator and ``IndexDataCacheFile``
 classes, a dispatcher's ``_cache``
+``numba.core.config.reload_config``,   numba-cuda 0.30.4          none: emulation's SIMT kernels
+``.ENABLE_CUDASIM`` (numba.cuda's mode                             refused with the fix named
+after an earlier ``import numba``)
+``JITFunction``,                        Triton 3.9.0 (CPU)        none: a Triton imported before
+``InterpretedFunction(fn)`` and                                    tiledmm could not run the block
+``knobs.runtime.interpret`` (emulation                             kernels in emulation
+after an earlier ``import triton``)
 =====================================  =========================  ===================================
 
 Triton's launch shortcuts are used only after a *self-test* on first use: a tiny kernel is
@@ -861,6 +868,55 @@ def storage_weakref(t):
     return StorageWeakRef(t.untyped_storage())
 
 
+# -- emulation after an earlier import of Triton or numba ---------------------------------------------
+
+def interpret_imported_triton() -> int:
+    """Make a Triton that was imported before tiledmm chose emulation run kernels in its interpreter;
+    the number of triton.language functions rewrapped.
+
+    ``@triton.jit`` reads TRITON_INTERPRET when it decorates, so an import of Triton before tiledmm set
+    it left triton.language's own jit functions (``tl.zeros``, ``tl.cdiv``, ...) as compiled-only
+    ``JITFunction`` objects, which raise "Cannot call @triton.jit'd outside of the scope of a kernel" when an
+    interpreted kernel calls them. The knob is switched on for this process (the kernels tiledmm
+    decorates later become interpreted ones) and each of those functions is replaced, in every
+    triton.language module that holds it, by the ``InterpretedFunction`` the decorator would have made."""
+    import sys
+
+    import triton
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+    knobs = getattr(triton, "knobs", None)
+    if knobs is not None:
+        knobs.runtime.interpret = True
+    made: dict = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == "triton.language" or name.startswith("triton.language.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if type(value) is JITFunction:     # (Gluon's subclass has no interpreter: left alone)
+                if id(value) not in made:
+                    made[id(value)] = InterpretedFunction(value.fn)
+                setattr(module, attr, made[id(value)])
+    return len(made)
+
+
+def numba_simulator_ready() -> bool:
+    """Make numba's CUDA simulator what ``numba.cuda`` gives in this process (NUMBA_ENABLE_CUDASIM=1
+    is set); False where that cannot be had. numba.cuda takes its mode from numba's config
+    (``numba.cuda.core.config`` is ``numba.core.config``), which numba reads from the environment at its
+    own import: after ``import numba`` alone it is read again (``reload_config``, as numba's compiler
+    does), and numba.cuda, imported later, is the simulator; a numba.cuda imported already keeps the
+    mode it was imported in."""
+    import sys
+    config = sys.modules.get("numba.core.config")
+    if config is None:
+        return True
+    if "numba.cuda" in sys.modules:
+        return bool(getattr(config, "ENABLE_CUDASIM", False))
+    config.reload_config()
+    return bool(config.ENABLE_CUDASIM)
+
+
 # -- numba ---------------------------------------------------------------------------------------------
 
 def numba_array_maker(index: int):
@@ -991,4 +1047,5 @@ __all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key",
            "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch",
            "TensorDescLaunch", "tensordesc_launch", "ensure_context", "raw_stream", "raw_stream_getter",
            "device_getter", "internal_overlap", "gpu_sleep", "version_counter", "storage_weakref",
-           "numba_array_maker", "numba_disk_cache", "IndexKey", "export_compiled", "prebuilt_dir", "read_prebuilt"]
+           "numba_array_maker", "numba_disk_cache", "IndexKey", "export_compiled", "prebuilt_dir", "read_prebuilt",
+           "interpret_imported_triton", "numba_simulator_ready"]

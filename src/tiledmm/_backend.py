@@ -22,6 +22,7 @@ _TRUE = ("1", "true", "yes", "on")
 _mode: str | None = None
 _why = ""
 _announced = False
+_numba_refused = ""      # why numba's simulator cannot be had in this process (see _after_earlier_imports)
 
 
 def _driver_device_count() -> int:
@@ -42,7 +43,9 @@ def _driver_device_count() -> int:
 
 def decide() -> str:
     """Choose ``"gpu"`` or ``"emulation"`` once for the process and set numba's and Triton's switches;
-    ``import tiledmm`` calls this first, before anything imports numba or Triton. Prints nothing."""
+    ``import tiledmm`` calls this first, before anything of tiledmm imports numba or Triton (a user's
+    earlier import of either is dealt with in ``_after_earlier_imports``). Prints nothing (but that
+    function's warning)."""
     global _mode, _why
     if _mode is None:
         # small toy launches are the point of the lectures' examples: no occupancy nagging
@@ -58,12 +61,28 @@ def decide() -> str:
             return _mode
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
         os.environ["TRITON_INTERPRET"] = "1"
-        if "numba" in sys.modules and not _numba_in_simulator():
-            raise RuntimeError(
-                "tiledmm: numba was imported before tiledmm without NUMBA_ENABLE_CUDASIM=1, "
-                "and no CUDA GPU is usable; import tiledmm first or set NUMBA_ENABLE_CUDASIM=1")
         _mode, _why = "emulation", why
+        _after_earlier_imports()
     return _mode
+
+
+def _after_earlier_imports() -> None:
+    """Emulation in a process that imported Triton or numba before tiledmm. Triton: its interpreter
+    is switched on after the fact (``_adapter.interpret_imported_triton``). numba: after ``import numba``
+    alone its config is read again, so that numba.cuda, imported later, is the simulator; a ``numba.cuda``
+    already imported in its GPU mode cannot become the simulator, so the SIMT kernels are refused,
+    with the fix, and the block kernels still run. Said at import as a warning."""
+    global _numba_refused
+    from . import _adapter
+    if "triton" in sys.modules:
+        _adapter.interpret_imported_triton()
+    if not _adapter.numba_simulator_ready():
+        _numba_refused = (f"numba.cuda was imported before tiledmm, in its GPU mode, and tiledmm runs in "
+                          f"emulation ({_why}), so the SIMT kernels (naive, tiled, ...) cannot run in numba's "
+                          "simulator in this process; import tiledmm before numba.cuda, or set "
+                          "NUMBA_ENABLE_CUDASIM=1 before starting Python (the Triton kernels still run)")
+        import warnings
+        warnings.warn(f"tiledmm: {_numba_refused}", RuntimeWarning, stacklevel=4)   # at `import tiledmm`
 
 
 def mode() -> str:
@@ -83,14 +102,12 @@ def emulating() -> bool:
     return mode() == "emulation"
 
 
-def _numba_in_simulator() -> bool:
-    from numba.core import config
-    return bool(config.ENABLE_CUDASIM)
-
-
 def numba_cuda():
     """The ``numba.cuda`` module, in the mode chosen above."""
     mode()
+    if _numba_refused:
+        from ._arrays import TiledmmError
+        raise TiledmmError(_numba_refused)
     from numba import cuda
     return cuda
 

@@ -6,4 +6,7 @@ class TiledmmError(ValueError):
     """Bad input to tiledmm: the message names the shapes, dtypes or choices involved."""
 
 
+TiledmmError.__module__ = "tiledmm"   # as users name it (tracebacks, repr, pickle): tiledmm.TiledmmError
+
+
 __all__ = ["TiledmmError"]

@@ -39,18 +39,20 @@ PROFILES: dict[str, DeviceProfile] = {
     # The lectures' G80 (002: 16 KB shared per SM, 768 threads / 8 blocks per SM, 86.4 GB/s)
     "g80": DeviceProfile("G80 (lectures)", (1, 0), 16, 512, 768, 8, 16 * KB, 16 * KB, 16 * KB, 8192, 128,
                          dram_gbs=86.4, fp32_tflops=0.3456, clock_mhz=1350, mem_bus_bits=384,
-                         source="seeds 002: 16KB shared/SM, 768 threads & 8 blocks per SM, 86.4 GB/s"),
+                         source="Kirk/Hwu G80 chapter: 16KB shared/SM, 768 threads & 8 blocks per SM, 86.4 GB/s"),
     # The lectures' "current generation" (003: 16 KB shared per SM, 1536 threads per SM)
     "lecture1536": DeviceProfile("1536-thread GPU (lectures)", (2, 0), 16, 1024, 1536, 8, 16 * KB, 16 * KB, 16 * KB,
-                                 32768, 63, source="seeds 003: 16KB shared/SM, 1536 threads per SM"),
+                                 32768, 63, source="Bertini's slides: 16KB shared/SM, 1536 threads per SM"),
     # The lectures' example GPU for the bandwidth argument (004: 1,000 GFLOP/s, 150 GB/s)
     "example150": DeviceProfile("example GPU (lectures)", (0, 0), 0, 1024, 2048, 32, 0, 0, 0, 65536, 255,
-                                dram_gbs=150.0, fp32_tflops=1.0, source="seeds 004: 1,000 GFLOP/s and 150 GB/s"),
+                                dram_gbs=150.0, fp32_tflops=1.0,
+                                source="GP-GPU course, lecture 7: 1,000 GFLOP/s and 150 GB/s"),
     # The lectures' Ampere (004: 164 KB shared per SM, 2048 threads per SM)
     "ampere": DeviceProfile("Ampere A100 (lectures)", (8, 0), 108, 1024, 2048, 32, 164 * KB, 48 * KB, 163 * KB,
                             65536, 255, l2_bytes=40 * 2**20, clock_mhz=1410, mem_bus_bits=5120, dram_gbs=1555,
                             fp32_tflops=19.5, tensor_tflops={"tf32": 156, "bf16": 312, "fp16": 312},
-                            source="seeds 004 (164KB/SM, 2048 threads); CUDA guide CC 8.0 limits; A100 datasheet"),
+                            source="GP-GPU course, lecture 7 (164KB/SM, 2048 threads); CUDA guide CC 8.0 limits; "
+                                   "A100 datasheet"),
     "h100": DeviceProfile("NVIDIA H100 80GB HBM3", (9, 0), 132, 1024, 2048, 32, 228 * KB, 48 * KB, 227 * KB,
                           65536, 255, l2_bytes=50 * 2**20, clock_mhz=1980, mem_bus_bits=5120, dram_gbs=3350,
                           fp32_tflops=66.9, tensor_tflops={"tf32": 494.7, "bf16": 989.4, "fp16": 989.4},

@@ -15,6 +15,9 @@ from .._arrays import TiledmmError
 from ._app import PROFILE_HELP, command, console, fmt, kv, parse_shape, positive, progress_bar, \
     rerun_in_emulation, table, writable
 
+CUDA_MAX_THREADS = 1024      # threads per block, the limit on every GPU since compute capability 2.0
+
+
 def _profile_or_device(profile: Optional[str]):
     from ..analysis.device import current_or
     return current_or(profile)
@@ -57,8 +60,16 @@ def occupancy(tile: Optional[int] = typer.Option(None, metavar="T", help="the le
     positive("--threads", threads)
     positive("--shared", shared, allow_zero=True)
     positive("--regs", regs, allow_zero=True)
+    compiled = False
     if not (tile or kernel or threads):
         raise TiledmmError("give --tile, --kernel or --threads")
+    if tile and tile * tile > CUDA_MAX_THREADS:     # no GPU launches it: refused whatever the profile
+        raise TiledmmError(f"--tile {tile}: {tile}x{tile} = {tile * tile:,} threads a block, over CUDA's limit of "
+                           f"{CUDA_MAX_THREADS:,} threads per block on every GPU; the tiled kernel's TILE_WIDTH "
+                           f"is at most {int(CUDA_MAX_THREADS ** 0.5)}")
+    if threads and threads > CUDA_MAX_THREADS:
+        raise TiledmmError(f"--threads {threads:,}: over CUDA's limit of {CUDA_MAX_THREADS:,} threads per block "
+                           "on every GPU")
     d = _profile_or_device(profile)
     if kernel:
         spec = registry.get(kernel)
@@ -71,13 +82,22 @@ def occupancy(tile: Optional[int] = typer.Option(None, metavar="T", help="the le
         threads, shared, regs = res["threads_per_block"], res["shared_per_block"], res["regs_per_thread"]
     elif tile:
         threads, shared = tile * tile, shared or tiled_shared_bytes(tile)
+        if not regs and profile is None and not _backend.emulating() and tile in registry.get("tiled").tiles:
+            regs = numba_resources("tiled", tile)["regs_per_thread"]    # the GPU in use: its compiled kernel's
+            compiled = True
     if not threads:
         raise TiledmmError("give --tile, --kernel or --threads")
     o = occ(d, threads, shared_per_block=shared, regs_per_thread=regs, loads_per_thread=2)
     if as_json:
         print(json.dumps(o.as_dict(), indent=1))
         return
-    kv(f"occupancy — {d.name}", {k: (v or None) if k == "why_not" else v for k, v in o.as_dict().items()})
+    rows = {k: (v or None) if k == "why_not" else v for k, v in o.as_dict().items()}
+    if kernel or compiled:
+        rows["regs_per_thread"] = f"{regs} (from the compiled kernel)"
+    elif not regs:
+        rows["regs_per_thread"] = Text("not counted (the lectures' rule leaves registers out; --regs N counts "
+                                       "them, --kernel NAME on a GPU reads them from the compiled kernel)")
+    kv(f"occupancy — {d.name}", rows)
 
 
 @command()
@@ -194,7 +214,8 @@ def trace(kernel: str = typer.Option("tiled", "--kernel", "-k", metavar="NAME", 
     if phases:
         table("per block and phase (blockIdx.x, blockIdx.y; threads as threadIdx.x,y)",
               ("blockIdx.x", "blockIdx.y", "step", "M loaded", "N loaded", "zero-filled", "P stored", "by threads"),
-              [describe_step(p) for p in tr.phases()], right=("blockIdx.x", "blockIdx.y"))
+              [describe_step(p) for p in tr.phases()], right=("blockIdx.x", "blockIdx.y"), whole=("step",),
+              stack=(("what the block did", ("M loaded", "N loaded", "zero-filled", "P stored", "by threads")),))
 
 
 @command()
@@ -273,21 +294,37 @@ def claims(markdown: Optional[str] = typer.Option(None, metavar="FILE", help="al
         path.write_text(md(rows))
     notes = [r for r in rows if r["note"]]
     mark = {r["id"]: f" ({i})" for i, r in enumerate(notes, start=1)}
-    table("the lectures' numbers, recomputed", ("seed", "claim", "slide", "tiledmm", "agrees"),
-          [(r["seed"], r["claim"], str(r["slide"]), str(r["tiledmm"]),
+    table("the lectures' numbers, recomputed", ("lecture", "claim", "slide", "tiledmm", "agrees"),
+          [(r["lecture"], r["claim"], _value(r["slide"]), _value(r["tiledmm"]),
             {True: Text("yes"), False: Text("no", style="yellow"), None: Text("–")}[r["agrees"]]
-            + Text(mark.get(r["id"], ""))) for r in rows])
-    for r in notes:   # why a slide and tiledmm differ (and other notes), unwrapped
-        console.print(Text(f"({mark[r['id']].strip()[1:-1]}) {r['id']}: {r['note']}"), soft_wrap=True)
+            + Text(mark.get(r["id"], ""))) for r in rows], whole=("agrees",),
+          stack=((None, ("slide", "tiledmm")),))
+    for r in notes:   # why a slide and tiledmm differ (and other notes)
+        console.print(Text(f"({mark[r['id']].strip()[1:-1]}) {r['id']}: {r['note']}"))
     if path:
         console.print(escape(f"wrote {path}"))
 
+
+
+def _value(v) -> str:
+    """A claim's value as a student writes it: 1200 not 1200.0, '3, 768, threads' not "(3, 768, ['threads'])"."""
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, tuple):
+        return ", ".join(map(_value, v))
+    if isinstance(v, list):
+        return "[" + ", ".join(map(_value, v)) + "]" if any(isinstance(x, list) for x in v) or len(v) != 1 \
+            else _value(v[0])
+    return str(v)
 
 
 @command("kernels")
 def list_kernels():
     """List the registered kernels."""
     from .. import registry
-    table("tiledmm kernels", ("name", "family", "dtypes", "tiles", "summary"),
-          [(s.name, s.family, s.dtypes, s.tiles or None, s.summary) for s in registry.all_specs()])
+    # one line of facts over the kernel's summary: five columns leave the summary a few words a line
+    table("tiledmm kernels", ("name", "family · dtypes · tiles, then what it is"),
+          [(s.name, Text(f"{s.family} · {', '.join(s.dtypes)}" + (f" · tiles {', '.join(map(str, s.tiles))}"
+                                                                   if s.tiles else "") + "\n" + s.summary))
+           for s in registry.all_specs()])
 

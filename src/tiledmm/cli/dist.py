@@ -307,7 +307,8 @@ def _check(nproc: int, shapes: list, dtype: str, algo: list, gemm: str, chunks, 
         most = emulation_ranks()
         if nproc > most:
             raise TiledmmError(f"--nproc {nproc}: without a GPU each rank is a CPU process running emulated "
-                               f"kernels; this machine runs at most {most} (one a core, at least 4)")
+                               f"kernels, so this machine starts at most {most} ranks (one per CPU core, and "
+                               "never fewer than 4, a 2x2 SUMMA grid)")
         if backend == "nccl":
             raise TiledmmError("--backend nccl needs GPUs; none is in use (emulation): use gloo")
         if engine == "symm":
@@ -435,6 +436,9 @@ def dist(nproc: int = typer.Option(2, "--nproc", "-n", metavar="N",
                 fmt(r.get("tflops_per_gpu"), ".3g"), fmt(r.get("baseline_ms"), ".3f"), fmt(r.get("speedup"), ".2f"),
                 r.get("baseline"), fmt(r.get("rel_err"), ".2e"),
                 f"skipped: {r['skipped']}" if r.get("skipped") else "ok" if r["ok"] else "WRONG") for r in results],
-              right=("ranks", "ms", "TFLOP/s per rank", "baseline ms", "x baseline", "rel err"))
+              right=("ranks", "ms", "TFLOP/s per rank", "baseline ms", "x baseline", "rel err"),
+              whole=("shape", "dtype"),
+              stack=((None, ("ms", "TFLOP/s per rank")), (None, ("baseline ms", "x baseline")),
+                     (None, ("shape", "dtype"))))
     if not all(r["ok"] for r in results):
         fail("a distributed result differs from the float64 reference", 1)

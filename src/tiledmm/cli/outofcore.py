@@ -7,8 +7,8 @@ import typer
 from rich.markup import escape
 
 from .._arrays import TiledmmError
-from ._app import command, console, environment, human_bytes, mem_available, ok_cell, parse_bytes, \
-    parse_shape, positive, progress_bar, table
+from ._app import command, console, environment, human_bytes, kv, mem_available, num, ok_cell, parse_bytes, \
+    parse_shape, positive, progress_bar
 from .tune import recording_choices
 
 # -- out of core ---------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def outofcore(shape: str = typer.Option(..., "--shape", "-s", metavar="JxKxL",
     acc = torch.float32 if dtype != "float32" else None
     plan = plan_out_of_core(m, n, k, tdtype, acc_dtype=acc, max_device_bytes=budget,
                             direct=(pinned, pinned, pinned and acc is None))
-    console.print(escape(f"plan: {plan.describe()}"), soft_wrap=True)
+    console.print(escape(f"plan: {plan.describe()}"))
     registered: list = []
     done = [0, plan.steps]
     try:
@@ -122,19 +122,18 @@ def outofcore(shape: str = typer.Option(..., "--shape", "-s", metavar="JxKxL",
     ok = rel is None or rel <= OOC_TOL[dtype]
     kind = "pinned" if pinned else ("torch" if dtype == "bfloat16" else "numpy")
     tuning_s = sum(r["s"] for r in tuned if r["stored"] is not None and r["before"] != r["choice"])
-    table(f"tiledmm outofcore — {environment()['device']}",
-          ("shape", "dtype", "budget", "GEMMs", "s", "tuning s", "TFLOP/s", "rel err", "check",
-           "busy s: in / GEMM / out"),
-          [(f"{m}x{k}x{n}", f"{dtype} {kind}", human_bytes(plan.budget), f"{done[0]:,}/{done[1]:,}", f"{secs:.3g}",
-            f"{tuning_s:.3g}", f"{2.0 * m * n * k / secs / 1e12:.3g}", None if rel is None else f"{rel:.1e}",
-            ok_cell(ok) if rel is not None else "skipped",
-            " / ".join(f"{stats[f'{s}_ms'] / 1e3:.3g}" for s in ("copy_in", "compute", "copy_out")))],
-          right=("budget", "GEMMs", "s", "tuning s", "TFLOP/s", "rel err", "busy s: in / GEMM / out"))
+    # one run: a list, a line a quantity (fits any terminal); in emulation no rate
+    kv(f"tiledmm outofcore — {environment()['device']}", {
+        "shape": f"{m}x{k}x{n}", "dtype": f"{dtype} {kind}", "budget": human_bytes(plan.budget),
+        "GEMMs": f"{done[0]:,}/{done[1]:,}", ("s" if gpu else "sim s"): num(secs), "tuning s": num(tuning_s),
+        **({"TFLOP/s": num(2.0 * m * n * k / secs / 1e12)} if gpu else {}),
+        "rel err": num(rel), "check": ok_cell(ok) if rel is not None else "skipped",
+        "busy s: in / GEMM / out": " / ".join(num(stats[f"{s}_ms"] / 1e3) for s in ("copy_in", "compute", "copy_out"))})
     console.print("busy: seconds the copy-in, GEMM and copy-out streams were working"
                   + (f"; s and GEMM busy include {tuning_s:.3g} s of first-call tuning of the block shapes' "
                      "classes, remembered now: a second run skips it" if tuning_s else ""))
     if not gpu:
-        console.print("times are emulation (CPU simulator) times; they say nothing about GPU speed")
+        console.print("sim s: the CPU simulator's time, which says nothing about GPU speed")
     if not ok:
         raise typer.Exit(1)
 

@@ -8,40 +8,53 @@ from typing import List, Optional
 
 import typer
 from rich.markup import escape
+from rich.text import Text
 
 from .. import bench as B
 from .._arrays import TiledmmError
-from ._app import command, console, environment, fmt, ok_cell, parse_shape, positive, progress_bar, table
+from ._app import command, console, environment, fmt, num, ok_cell, parse_shape, positive, progress_bar, table
 
-def _tile_cells(kernel: str, tile, shape) -> tuple:
-    """(TILE_WIDTH or P tile per block, threads per block) for a results table: for a kernel without
-    shared tiles (block tile 1x1, e.g. naive) the tile option is only the block's width."""
+def _block(kernel: str, tile, shape) -> str | None:
+    """Threads per block ('16x16') of a kernel at a tile, for a results table; None where it has no
+    launch configuration (the block family)."""
     from .. import registry
     spec = registry.get(kernel)
     if tile is None or spec.launch_config is None:
-        return tile, None
+        return None
     *_, m, k, n = shape
-    block = spec.launch_config(tile, m, k, n)[1]
-    bt = spec.block_tile(tile) if spec.block_tile else None
-    return (None if bt == (1, 1) else tile), "x".join(map(str, block))
+    return "x".join(map(str, spec.launch_config(tile, m, k, n)[1]))
 
 
-def _results(rows: list[dict], title: str, suite: bool = False) -> None:
+# stacked one under another where a table is too wide for the terminal (run, bench)
+_STACK = ((None, ("ms", "TFLOP/s")), (None, ("GPU ms", "host us", "x cuBLAS GPU")), (None, ("x cuBLAS", "rel err")),
+          (None, ("kernel", "tile", "block")), (None, ("shape", "prec")))
+
+
+def _results(rows: list[dict], title: str) -> None:
+    """The results of run or bench as a table. The tile is the --tile value, as in --json (naive's is its
+    block's width); a precision every row shares goes in the title. In emulation the simulator's time,
+    the error and the check are all there is to say: no rates, no comparison with cuBLAS."""
+    emulated = all(r["emulated"] for r in rows)
     gpu = any(r.get("gpu_ms") for r in rows)         # bench --gpu-time
-    extra = ("GPU ms", "host us", "x cuBLAS GPU") if gpu else ()
-    cols = (("suite",) if suite else ()) + ("shape", "prec", "kernel", "tile", "block", "ms", "TFLOP/s",
-                                            "x cuBLAS") + extra + ("rel err", "check")
+    precs = list(dict.fromkeys(r["precision"] for r in rows))
+    if len(precs) == 1:
+        title = f"{title}, {precs[0]}"
+    cols = ("shape",) + (("prec",) if len(precs) > 1 else ()) + ("kernel", "tile", "block") + (
+        ("sim ms",) if emulated else ("ms", "TFLOP/s", "x cuBLAS")) + (
+        ("GPU ms", "host us", "x cuBLAS GPU") if gpu else ()) + ("rel err", "check")
     out = []
     for r in rows:
-        tile, block = _tile_cells(r["kernel"], r["tile"], tuple(map(int, r["shape"].split("x"))))
-        ms = fmt(r["ms"], ".3f")
-        more = (fmt(r.get("gpu_ms"), ".4f"), fmt(r.get("host_us"), ".1f"), fmt(r.get("gpu_vs_cublas"), ".2f")) \
-            if gpu else ()
-        out.append(((r["suite"],) if suite else ()) + (
-            r["shape"], r["precision"], r["kernel"], tile, block,
-            None if ms is None else ms + (" (emul.)" if r["emulated"] else ""),
-            fmt(r["tflops"], ".3g"), fmt(r["vs_cublas"], ".2f")) + more + (f"{r['rel_err']:.1e}", ok_cell(r["ok"])))
-    table(title, cols, out, right=("tile", "block", "ms", "TFLOP/s", "x cuBLAS", "rel err") + extra)
+        shape = tuple(map(int, r["shape"].split("x")))
+        cells = {"shape": r["shape"], "prec": r["precision"], "kernel": r["kernel"], "tile": r["tile"],
+                 "block": _block(r["kernel"], r["tile"], shape), "sim ms": num(r["ms"]), "ms": num(r["ms"]),
+                 "TFLOP/s": num(r["tflops"]), "x cuBLAS": fmt(r["vs_cublas"], ".2f"),
+                 "GPU ms": num(r.get("gpu_ms")), "host us": num(r.get("host_us")),
+                 "x cuBLAS GPU": fmt(r.get("gpu_vs_cublas"), ".2f"), "rel err": num(r["rel_err"]),
+                 "check": ok_cell(r["ok"])}
+        out.append(tuple(cells[c] for c in cols))
+    table(title, cols, out, right=("tile", "block", "sim ms", "ms", "TFLOP/s", "x cuBLAS", "GPU ms", "host us",
+                                   "x cuBLAS GPU", "rel err"), whole=("shape", "prec", "kernel", "check"),
+          stack=_STACK)
 
 
 def _check_points(points) -> None:
@@ -116,7 +129,7 @@ def run(shape: Optional[List[str]] = typer.Option(None, "--shape", "-s", metavar
     else:
         _results(rows, f"tiledmm run — {env['device']}")
         if not gpu:
-            console.print("times are emulation (CPU simulator) times; they say nothing about GPU speed")
+            console.print("sim ms: the CPU simulator's time, which says nothing about GPU speed")
     if not all(r["ok"] for r in rows):
         raise typer.Exit(1)
 
@@ -181,13 +194,19 @@ def bench(suite: Optional[List[str]] = typer.Option(
         peaks = {"fp32": d.fp32_tflops, **d.tensor_tflops}
         tuned = _triton_choices()
     paths = B.write(rows, outdir, env, peaks, tuned)
-    _results(rows, f"tiledmm bench — {env['device']}", suite=True)
-    summ = B.summary(rows)
-    g = ("GPU geomean",) if any(s["geomean_gpu_vs_cublas"] for s in summ) else ()
-    table("geometric mean x cuBLAS", ("suite", "prec", "kernel", "geomean") + g + ("n",),
-          [(s["suite"], s["precision"], s["kernel"], fmt(s["geomean_vs_cublas"], ".3f"))
-           + ((fmt(s["geomean_gpu_vs_cublas"], ".3f"),) if g else ()) + (s["n"],) for s in summ],
-          right=("geomean", "n") + g)
+    for s in dict.fromkeys(r["suite"] for r in rows):     # a table a suite: the suite in its title
+        _results([r for r in rows if r["suite"] == s], f"tiledmm bench: suite {s} — {env['device']}")
+    if not gpu:
+        console.print("sim ms: the CPU simulator's time, which says nothing about GPU speed")
+    summ = [s for s in B.summary(rows) if s["geomean_vs_cublas"] is not None]   # none in emulation: no table
+    if summ:
+        g = ("GPU geomean",) if any(s["geomean_gpu_vs_cublas"] for s in summ) else ()
+        table("geometric mean x cuBLAS", ("suite", "prec", "kernel", "geomean") + g + ("n",),
+              [(s["suite"], s["precision"], s["kernel"], fmt(s["geomean_vs_cublas"], ".3f"))
+               + ((fmt(s["geomean_gpu_vs_cublas"], ".3f"),) if g else ()) + (s["n"],) for s in summ],
+              right=("geomean", "n") + g, whole=("suite", "prec", "kernel"))
+    for line in _skipped(suites, precs, kernels, tile):
+        console.print(Text(line))
     console.print(escape("wrote " + ", ".join(map(str, paths))))
     if not all(r["ok"] for r in rows):
         raise typer.Exit(1)
@@ -205,6 +224,42 @@ def _nothing_to_run(suites: list, precs: list, kernels: list, tile, gpu: bool) -
                       for t in B.tiles_for(k, tile) if (why := B.why_not(B.Point(s, shape, p, k, t)))})
     hint = "; try --suite emulation" if not gpu and "emulation" not in suites else ""
     return f"{head} ({reasons[0]}{f' and {len(reasons) - 1} more reasons' if len(reasons) > 1 else ''}){hint}"
+
+
+def _skipped(suites: list, precs: list, kernels: list, tile) -> list[str]:
+    """What the plan left out and why, for the end of a bench: a line a reason ('not run: ...'), the
+    points of a reason gathered (kernels and shapes named, counted where many)."""
+    from .. import _backend, registry
+    groups: dict[str, tuple[dict, dict]] = {}      # reason -> (kernels, shapes), in the order first met
+    others = ", ".join(p for p in precs if p != "fp32")
+
+    def note(why: str, kernel: str, shape: tuple) -> None:
+        ks, ss = groups.setdefault(why, ({}, {}))
+        ks[kernel] = ss[B.fmt_shape(shape)] = None
+    for s in suites:
+        for shape in B.SUITES[s]:
+            for p in precs:
+                for k in kernels:
+                    spec = registry.get(k)
+                    if spec.family == "simt" and p != "fp32":
+                        note(f"the bench runs the SIMT kernels in fp32 only, not in {others} (`tiledmm run "
+                             "--dtype float64` runs them in float64)", k, shape)
+                    elif spec.family == "simt" and B.work(shape) > B.SIMT_MAX_WORK:
+                        note(f"over {B.SIMT_MAX_WORK:,} multiply-adds, too slow for the SIMT kernels", k, shape)
+                    elif len(shape) == 4 and not spec.batched:
+                        note("a batch, which these kernels do not take", k, shape)
+                    elif _backend.emulating() and spec.emulation_limit is not None and \
+                            B.work(shape) > _backend.emulation_limit(spec.emulation_limit):
+                        note("over the emulation limit (raise TILEDMM_EMULATION_LIMIT if you will wait)", k, shape)
+                    else:
+                        for t in B.tiles_for(k, tile):
+                            why = B.why_not(B.Point(s, shape, p, k, t))
+                            if why:
+                                note(why, k, shape)
+
+    def listed(names: dict, what: str) -> str:
+        return ", ".join(names) if len(names) <= 4 else f"{len(names)} {what}"
+    return [f"not run: {listed(ks, 'kernels')} on {listed(ss, 'shapes')}: {why}" for why, (ks, ss) in groups.items()]
 
 
 def _triton_choices() -> dict:

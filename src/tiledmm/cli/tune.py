@@ -122,18 +122,21 @@ def _store_rows(doc: dict) -> list[tuple]:
 
 
 STORE_COLUMNS = ("kernel", "dtype", "precision", "layout", "M", "N", "K", "form", "chosen")
+# M, N and K ranges whole, stacked one under another (then dtype and precision) where the terminal is narrow
+STORE_LAYOUT = dict(fold=("kernel", "chosen"), whole=("M", "N", "K", "dtype", "precision", "layout"),
+                    stack=((None, ("M", "N", "K")), (None, ("dtype", "precision", "layout"))))
 
 
 def _show_store() -> None:
     path, doc = _read_store()
     if not doc:
         console.print(escape(f"no tuned choices stored for this GPU and these library versions "
-                             f"({path} {'is empty' if doc == {} else 'does not exist'})"), soft_wrap=True)
+                             f"({path} {'is empty' if doc == {} else 'does not exist'})"))
         return
     table(f"tuning store: {len(doc)} choice{'s' * (len(doc) != 1)}", STORE_COLUMNS, _store_rows(doc),
-          fold=("kernel", "chosen"))
+          **STORE_LAYOUT)
     console.print("layout: A's then B's storage (n row-major, t transposed, s other strides); M, N, K: the "
-                  "class's range of sizes (C is MxN, K the inner dimension)", soft_wrap=True)
+                  "class's range of sizes (C is MxN, K the inner dimension)")
     console.print(escape(f"store: {path}"), soft_wrap=True)
 
 
@@ -145,7 +148,7 @@ def _forget_store() -> None:
         return
     if doc:
         table(f"forgetting {len(doc)} tuned choice{'s' * (len(doc) != 1)}", STORE_COLUMNS, _store_rows(doc),
-              fold=("kernel", "chosen"))
+              **STORE_LAYOUT)
     if path.is_dir():
         path.rmdir()            # an empty folder in the store's place (a damaged store): removed too
     else:
@@ -282,7 +285,8 @@ def tune(shapes: Optional[List[str]] = typer.Argument(None, metavar="JxKxL", hid
         tuning.set_mode(prev_mode)
     table(f"tiledmm tune — {environment()['device']}, layout {layout}",
           ("shape", "dtype", "kernel", "tuning key", "choice", "how", "first call s"), rows,
-          right=("first call s",), fold=("tuning key", "choice"))
+          right=("first call s",), fold=("tuning key", "choice"), whole=("shape", "dtype", "kernel"),
+          stack=((None, ("shape", "dtype", "kernel")),))
     console.print(escape(f"store: {tuning.store_path()}"), soft_wrap=True)
     if table_path is not None:
         _write_table(table_path)
@@ -302,10 +306,9 @@ def _write_table(path: str) -> None:
              "store": str(tuning.store_path())}
     n = shipped.write(Path(path), p.name, p.multi_processor_count, entries, about)
     console.print(escape(f"table {path}: {len(entries)} timed choice{'s' * (len(entries) != 1)} written "
-                         f"({n} entries in all)"), soft_wrap=True)
+                         f"({n} entries in all)"))
     if stored:
         console.print(escape(f"{stored} class{'es' * (stored != 1)} came from the tuning store, not timed now, "
-                             "and are not written (tune with an empty TILEDMM_CACHE_DIR to time them)"),
-                      soft_wrap=True)
+                             "and are not written (tune with an empty TILEDMM_CACHE_DIR to time them)"))
 
 

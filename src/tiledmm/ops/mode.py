@@ -179,17 +179,29 @@ class enable(TorchFunctionMode):
         self.reasons[name, why] += 1
         return func(*args, **kwargs)
 
-    def summary(self) -> dict:
+    def summary(self) -> "Summary":
         ops = sorted({op for op, _ in self.counts})
-        return {"calls": {op: {w: self.counts[op, w] for w in ("tiledmm", "torch")} for op in ops},
-                "to_torch": {f"{op}: {why}": n for (op, why), n in sorted(self.reasons.items())}}
+        return Summary(calls={op: {w: self.counts[op, w] for w in ("tiledmm", "torch")} for op in ops},
+                       to_torch={f"{op}: {why}": n for (op, why), n in sorted(self.reasons.items())})
 
     def __exit__(self, *exc):
         out = super().__exit__(*exc)
         if self.report:
-            s = self.summary()
-            lines = ["tiledmm.enable: op       tiledmm    torch"]
-            lines += [f"                {op:<8} {c['tiledmm']:>7} {c['torch']:>8}" for op, c in s["calls"].items()]
-            lines += [f"  to torch: {k} ({n}x)" for k, n in s["to_torch"].items()]
-            print("\n".join(lines))
+            print(self.summary())
         return out
+
+
+class Summary(dict):
+    """``enable().summary()``: a dict ({"calls": {op: {"tiledmm": n, "torch": n}}, "to_torch": {"op: why": n}})
+    that prints as a small table."""
+
+    def __str__(self) -> str:
+        calls, to_torch = self["calls"], self["to_torch"]
+        if not calls:
+            return "tiledmm.enable: no matrix product was called"
+        width = max(len("op"), *map(len, calls))
+        lines = ["tiledmm.enable: calls of each op, by where they ran",
+                 f"  {'op':<{width}}  {'tiledmm':>7}  {'torch':>7}"]
+        lines += [f"  {op:<{width}}  {c['tiledmm']:>7,}  {c['torch']:>7,}" for op, c in calls.items()]
+        lines += [f"  to torch: {k} ({n:,} call{'s' * (n != 1)})" for k, n in to_torch.items()]
+        return "\n".join(lines)

@@ -23,6 +23,22 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 
+def _size(n: float) -> str:
+    """Bytes in the binary unit that fits the size (12.0 KiB, 1.50 GiB), three digits."""
+    for unit, size in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{int(n)} B"
+
+
+def _secs(s: float) -> str:
+    """A modelled time in the unit that fits it (0.8 ms, 1.2 s), three digits."""
+    for unit, size in (("s", 1.0), ("ms", 1e-3)):
+        if s >= size:
+            return f"{s / size:.3g} {unit}"
+    return f"{s * 1e6:.3g} us"
+
+
 @dataclass
 class Plan:
     transposed: bool          # computed as C^T = B^T @ A^T (then "A"/"B" below are B^T/A^T)
@@ -53,9 +69,9 @@ class Plan:
         mode = "resident panels" if self.resident else "streamed tiles"
         cast = f", {self.acc_bytes}-byte C cast on the GPU" if self.cast else ""
         return (f"{o}blocks {self.bm}x{self.bn}, K-chunk {self.bk} ({self.n_i}x{self.n_j}x{self.n_k} = "
-                f"{self.steps} GEMMs), {mode}{cast}; device {self.device_bytes / GiB:.2f} of "
-                f"{self.budget / GiB:.2f} GiB; H2D {self.h2d_bytes / 1e9:.2f} GB, D2H {self.d2h_bytes / 1e9:.2f} GB, "
-                f"staged {self.staged_bytes / 1e9:.2f} GB; model {self.est_s:.3f} s")
+                f"{self.steps} GEMMs), {mode}{cast}; device {_size(self.device_bytes)} of {_size(self.budget)}; "
+                f"copied in {_size(self.h2d_bytes)}, out {_size(self.d2h_bytes)}, staged {_size(self.staged_bytes)}; "
+                f"model {_secs(self.est_s)}")
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in ("transposed", "bm", "bn", "bk", "resident", "n_i", "n_j", "n_k",
