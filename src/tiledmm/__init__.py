@@ -2,6 +2,8 @@
 from . import _backend
 
 _backend.decide()   # GPU or emulation, before anything below imports numba or Triton (they read it at import)
+from . import _adapter  # noqa: E402
+_backend.after_earlier_imports(_adapter)    # emulation after a user's earlier import of Triton or numba
 
 from ._arrays import TiledmmError  # noqa: E402
 from ._backend import emulating  # noqa: E402

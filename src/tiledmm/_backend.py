@@ -22,7 +22,8 @@ _TRUE = ("1", "true", "yes", "on")
 _mode: str | None = None
 _why = ""
 _announced = False
-_numba_refused = ""      # why numba's simulator cannot be had in this process (see _after_earlier_imports)
+_numba_refused = ""      # why numba's simulator cannot be had in this process (see after_earlier_imports)
+_settled = False
 
 
 def _driver_device_count() -> int:
@@ -44,8 +45,8 @@ def _driver_device_count() -> int:
 def decide() -> str:
     """Choose ``"gpu"`` or ``"emulation"`` once for the process and set numba's and Triton's switches;
     ``import tiledmm`` calls this first, before anything of tiledmm imports numba or Triton (a user's
-    earlier import of either is dealt with in ``_after_earlier_imports``). Prints nothing (but that
-    function's warning)."""
+    earlier import of either is dealt with by ``after_earlier_imports``, which ``import tiledmm`` calls
+    next). Prints nothing."""
     global _mode, _why
     if _mode is None:
         # small toy launches are the point of the lectures' examples: no occupancy nagging
@@ -62,18 +63,22 @@ def decide() -> str:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
         os.environ["TRITON_INTERPRET"] = "1"
         _mode, _why = "emulation", why
-        _after_earlier_imports()
     return _mode
 
 
-def _after_earlier_imports() -> None:
-    """Emulation in a process that imported Triton or numba before tiledmm. Triton: its interpreter
-    is switched on after the fact (``_adapter.interpret_imported_triton``). numba: after ``import numba``
-    alone its config is read again, so that numba.cuda, imported later, is the simulator; a ``numba.cuda``
-    already imported in its GPU mode cannot become the simulator, so the SIMT kernels are refused,
-    with the fix, and the block kernels still run. Said at import as a warning."""
-    global _numba_refused
-    from . import _adapter
+def after_earlier_imports(adapter) -> None:
+    """Emulation in a process that imported Triton or numba before tiledmm (``import tiledmm`` calls this
+    right after ``decide``, with ``tiledmm._adapter``, the home of the private interfaces it takes: passed
+    in, so that this module, below the adapter, imports nothing of it). Triton: its interpreter is
+    switched on after the fact (``interpret_imported_triton``). numba: after ``import numba`` alone its
+    config is read again, so that numba.cuda, imported later, is the simulator; a ``numba.cuda`` already
+    imported in its GPU mode cannot become the simulator, so the SIMT kernels are refused, with the fix,
+    and the block kernels still run. Said at import as a warning. Nothing on a GPU."""
+    global _numba_refused, _settled
+    if decide() != "emulation" or _settled:
+        return
+    _settled = True
+    _adapter = adapter
     if "triton" in sys.modules:
         _adapter.interpret_imported_triton()
     if not _adapter.numba_simulator_ready():
@@ -82,7 +87,7 @@ def _after_earlier_imports() -> None:
                           "simulator in this process; import tiledmm before numba.cuda, or set "
                           "NUMBA_ENABLE_CUDASIM=1 before starting Python (the Triton kernels still run)")
         import warnings
-        warnings.warn(f"tiledmm: {_numba_refused}", RuntimeWarning, stacklevel=4)   # at `import tiledmm`
+        warnings.warn(f"tiledmm: {_numba_refused}", RuntimeWarning, stacklevel=2)   # at `import tiledmm`
 
 
 def mode() -> str:
@@ -106,7 +111,7 @@ def numba_cuda():
     """The ``numba.cuda`` module, in the mode chosen above."""
     mode()
     if _numba_refused:
-        from ._arrays import TiledmmError
+        from ._errors import TiledmmError
         raise TiledmmError(_numba_refused)
     from numba import cuda
     return cuda

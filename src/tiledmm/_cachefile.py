@@ -215,7 +215,7 @@ def usable_folder(folder, what: str, setting: str, cost: str) -> str:
     except OSError as e:
         private, fault = None, f"{type(e).__name__}: {e.strerror or e}"
     if fault is not None:
-        from ._arrays import TiledmmError
+        from ._errors import TiledmmError
         raise TiledmmError(f"{what} {folder} cannot be written ({why}) and neither can a temporary folder "
                            f"({fault}); set {setting} to a writable folder")
     atexit.register(shutil.rmtree, private, ignore_errors=True)
