@@ -44,7 +44,7 @@ def _child(body: str, cache: Path, **env) -> dict:
     code = _REAL_NUMBA.format(src=str(ROOT / "src")) + textwrap.dedent(body)
     e = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET",
                                                           "TILEDMM_EMULATE", "NUMBA_CACHE_DIR")}
-    e.update(TILEDMM_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT / "src"), **env)
+    e.update(TILEDMM_CACHE_DIR=str(cache), PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT / "src"), os.environ.get("PYTHONPATH")))), **env)
     r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -92,7 +92,7 @@ def test_the_check_imports_neither_the_simt_kernels_nor_numba():
             "simt_cache.async_ready('64x128x16-w32x64-t8x8-s3-m4', 'float32', True, (9, 0));"
             "print(sorted(m for m in ('numba', 'tiledmm.kernels.simt') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT / "src")))
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT / "src"), os.environ.get("PYTHONPATH"))))))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split("\n")[-2] == "[]"
 
@@ -274,7 +274,7 @@ print(json.dumps({"first_s": first, "hits": sum(st.cache_hits.values()), "misses
 @pytest.mark.gpu
 def test_gpu_a_second_process_loads_rung_11_from_disk(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
-    env.update(TILEDMM_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
+    env.update(TILEDMM_CACHE_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT / "src"), os.environ.get("PYTHONPATH")))))
     runs = []
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", _GPU_CHILD], env=env, capture_output=True, text=True, timeout=300)
@@ -316,7 +316,7 @@ print(json.dumps({{"variant": ch["variant"], "source": ch["source"], "config": c
         pytest.skip("the table names no rung-11 winner at 2048^3 fp32")
     cfg = fastest[0]["fastest"].split("name=")[1].split("-num_stages")[0]
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
-    env.update(TILEDMM_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT / "src"))
+    env.update(TILEDMM_CACHE_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT / "src"), os.environ.get("PYTHONPATH")))))
     runs = []
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", code.format(cfg=cfg)], env=env, capture_output=True, text=True,
