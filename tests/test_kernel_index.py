@@ -244,7 +244,7 @@ def _twice(tmp_path, child: str) -> list:
     import os
     import subprocess
     import sys
-    src = str(__import__("pathlib").Path(_adapter.__file__).parents[1])
+    src = str(__import__("pathlib").Path(tiledmm.__file__).parents[1])
     env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path / "tiledmm"), TILEDMM_QUIET="1",
                TRITON_CACHE_DIR=str(tmp_path / "triton"),
                PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))

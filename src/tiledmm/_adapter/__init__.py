@@ -53,7 +53,8 @@ is remembered beside the kernel index, keyed by Triton's fingerprint, torch, the
 (``_verdict_path``): a later process under the same conditions skips the test; a failure is never
 remembered. On a Triton version not in ``TRITON_CHECKED``, or where the self-test fails, tiledmm
 warns once and launches through ``kernel[grid](...)`` for the rest of the process (correct, some
-microseconds slower per call). Nothing here imports Triton, torch or numba at import time.
+microseconds slower per call). Nothing here imports Triton, torch or numba at import time. The parts beside
+this file (gluon_launch, index_entry, store_build, torch_private, numba_private, boot) are re-exported here.
 
 Where direct launches are on, tiledmm also keeps its own *kernel index* (``index_key``,
 ``remember_compiled``, ``load_compiled``; the folder ``tiledmm-index/`` in Triton's cache folder,
@@ -68,9 +69,8 @@ import functools
 import inspect
 import threading
 import warnings
-from typing import Callable, NamedTuple
 
-from . import _backend, _cachefile
+from .. import _backend, _cachefile
 
 TRITON_CHECKED = ("3.6.0",)      # Triton versions whose launcher the direct launch was checked against
 
@@ -179,7 +179,7 @@ def _self_test() -> str:
     index where it is there (no JIT, no ``triton_key``), launched publicly by ``CompiledKernel[grid]``."""
     import torch
 
-    from ._adapter_probe import probe_kernel
+    from .._adapter_probe import probe_kernel
     n, block = 300, 64
     grid = -(-n // block)
     x = torch.zeros(3, n, dtype=torch.int32, device="cuda")
@@ -249,113 +249,6 @@ def c_launch(ck, checked: bool = True):
         return run.launch, run.launch_cooperative_grid, run.launch_pdl, scratch
     except AttributeError:
         return None
-
-
-# -- Triton: the launcher of a kernel with host-side TMA descriptors (Gluon) ------------------------------
-#
-# Triton 3.6 wraps the C launch of such a kernel (``wrap_handle_tensordesc``): every call turns each
-# descriptor argument into (tensor map, *shape, *strides) with ``make_tensordesc_arg``, which fills a fresh
-# 128-byte CUtensorMap (``cuTensorMapEncodeTiled``). A caller that keeps the expanded arguments per
-# (pointer, shape, strides) can call the C launch under the wrapper itself. Used only where the
-# wrapper's body is the one below (compared as source) and Triton's own expansion of the call's real
-# descriptors agrees with the stand-in's (``tensordesc_launch``); any other case: None, and the caller
-# launches through ``kernel[grid](...)``.
-
-_KNOWN_WRAPPER = ("def inner(*args): final_args = list(args[:_BASE_ARGS_FORMAT_LEN]) tensordesc_idx = 0 "
-                  "for i, arg in enumerate(args[_BASE_ARGS_FORMAT_LEN:]): if i in tensordesc_indices: "
-                  "final_args.extend(make_tensordesc_arg(arg, tensordesc_meta[tensordesc_idx])) "
-                  "tensordesc_idx += 1 else: final_args.append(arg) return launcher(*final_args)")
-
-
-class _Base:
-    """The base tensor's pointer, as ``make_tensordesc_arg`` reads it (``.data_ptr()``)."""
-    __slots__ = ("ptr",)
-
-    def __init__(self, ptr: int):
-        self.ptr = ptr
-
-    def data_ptr(self) -> int:
-        return self.ptr
-
-
-class _Desc:
-    """What ``make_tensordesc_arg`` reads of a descriptor (no tensor kept alive)."""
-    __slots__ = ("base", "shape", "strides", "padding")
-
-    def __init__(self, ptr: int, shape, strides):
-        self.base, self.shape, self.strides, self.padding = _Base(ptr), list(shape), list(strides), "zero"
-
-
-class TensorDescLaunch(NamedTuple):
-    """How to launch one compiled kernel with host TMA descriptors without Triton's Python launcher.
-    ``launch(gridX, gridY, gridZ, stream, function, cooperative, pdl, None, None, packed, None, None,
-    None, *args)`` with every descriptor argument replaced by ``expand(i, ptr, shape, strides)``:
-    (tensor map, *shape, *strides) of descriptor parameter ``i`` over memory at ``ptr`` (zero
-    padding), as Triton's wrapper computes it. ``metadata``: each descriptor parameter's tensor-map
-    metadata (swizzle, element type, block: what ``expand`` depends on besides its arguments);
-    ``params``: the kernel's parameter names in order, as compiled."""
-    launch: Callable
-    cooperative: bool
-    pdl: bool
-    function: int
-    packed: object
-    expand: Callable
-    metadata: list
-    params: tuple
-
-
-def tensordesc_launch(ck, descs) -> TensorDescLaunch | None:
-    """The ``TensorDescLaunch`` of CompiledKernel ``ck`` whose descriptor arguments, in order, were
-    ``descs`` (Gluon's TensorDescriptor objects of a call just made through ``kernel[grid]``), or
-    None: where direct launches are off, the kernel needs global or profiling scratch, or anything
-    differs from Triton 3.6's form (the caller launches through ``kernel[grid](...)``). ``descs``
-    None: the stand-ins' expansion is not compared again -- for a kernel from the index whose entry
-    notes that it was bound in an earlier process (the comparison depends only on Triton's files and
-    the kernel's tensor-map metadata, both in the index key)."""
-    direct = c_launch(ck)
-    if direct is None or direct[3]:
-        return None
-    inner, coop, pdl, _ = direct
-    try:
-        code = inner.__code__
-        body = " ".join(" ".join(inspect.getsource(inner).split("\n")).split())
-        if body != _KNOWN_WRAPPER:
-            return None
-        cells = dict(zip(code.co_freevars, (c.cell_contents for c in inner.__closure__)))
-        raw, metas, make = cells["launcher"], list(cells["tensordesc_meta"]), inner.__globals__["make_tensordesc_arg"]
-        if (descs is not None and len(metas) != len(descs)) or any(m is None for m in metas):
-            return None                 # descriptors not lowered to tensor maps: another expansion
-
-        def expand(i: int, ptr: int, shape, strides) -> list:
-            return make(_Desc(ptr, shape, strides), metas[i])
-
-        for i, d in enumerate(descs or ()):     # the stand-in's expansion is Triton's for the real descriptor
-            real, mine = make(d, metas[i]), expand(i, d.base.data_ptr(), d.shape, d.strides)
-            if len(real) != len(mine) or type(real[0]) is not type(mine[0]) or \
-                    [int(x) for x in real[1:]] != [int(x) for x in mine[1:]]:
-                return None
-        return TensorDescLaunch(raw, coop, pdl, ck.function, ck.packed_metadata, expand,
-                                [dict(m) for m in metas], tuple(ck.src.signature))
-    except Exception:   # noqa: BLE001  a changed Triton: the public launch
-        return None
-
-
-def ensure_context(index: int) -> bool:
-    """Make device ``index``'s primary CUDA context current in this thread where none is (a thread
-    that has not touched CUDA yet: Triton's launcher makes it current itself, its tensor-map filler
-    does not). True where it made one current. (CUDA's driver API, through ctypes.)"""
-    import ctypes
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    ctx, dev = ctypes.c_void_p(), ctypes.c_int()
-    if lib.cuCtxGetCurrent(ctypes.byref(ctx)) != 0 or ctx.value:
-        return False
-    if lib.cuDeviceGet(ctypes.byref(dev), index) != 0 or lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != 0:
-        return False
-    return lib.cuCtxSetCurrent(ctx) == 0
-
 
 # -- Triton: tiledmm's own index of compiled kernels ----------------------------------------------------
 #
@@ -449,38 +342,6 @@ def _index_path(key: str):
     return Path(knobs.cache.dir) / "tiledmm-index" / f"{key}.json"
 
 
-def _encode(v):
-    """A constant's JSON form: plain values as they are, Triton dtypes by name; else TypeError."""
-    if v is None or type(v) in (bool, int, float, str):
-        return {"v": v}
-    if type(v).__name__ == "dtype":
-        return {"dtype": str(v)}
-    if type(v).__name__ == "constexpr" and (v.value is None or type(v.value) in (bool, int, float, str)):
-        return {"constexpr": v.value}
-    raise TypeError(f"constant of type {type(v).__name__}")
-
-
-def _decode(d):
-    if "dtype" in d:
-        import triton.language as tl
-        return tl.dtype(d["dtype"])
-    if "constexpr" in d:
-        import triton.language as tl
-        return tl.constexpr(d["constexpr"])
-    return d["v"]
-
-
-class SourceStub:
-    """What a CompiledKernel built from the index reads of its JIT function -- its name, its parameters'
-    names, no launch-metadata hook -- standing in for the function, so that the module defining it
-    need not be imported (Gluon's import: ~0.14 s of a first call). ``load_compiled`` then builds a
-    plain ``ASTSource`` (the launch reads only the signature and constants of its source)."""
-    launch_metadata = None
-
-    def __init__(self, name: str, arg_names):
-        self.__name__, self.arg_names = name, list(arg_names)
-
-
 def remember_compiled(key: str | None, ck, **notes) -> None:
     """Record the CompiledKernel ``ck`` under ``key`` (atomic write; another process writing the same
     key writes the same), with the caller's ``notes`` (JSON values: facts about the kernel that
@@ -500,25 +361,6 @@ def remember_compiled(key: str | None, ck, **notes) -> None:
         _write_atomic(_index_path(key), json.dumps(entry))
     except Exception:   # noqa: BLE001  (a read-only cache folder, an odd constant): not remembered
         pass
-
-
-def _index_entry(entry) -> dict:
-    """An index entry of the form ``remember_compiled`` writes, else ``_cachefile.Damaged``."""
-    need = _cachefile.need
-    need(isinstance(entry, dict), "not a JSON object")
-    need(isinstance(entry.get("hash"), str) and isinstance(entry.get("name"), str), "hash or name")
-    src = entry.get("source")
-    need(isinstance(src, list) and len(src) == 2 and all(isinstance(x, str) for x in src), "source")
-    sig = entry.get("signature")
-    need(isinstance(sig, dict) and all(isinstance(v, str) for v in sig.values()), "signature")
-    for part in ("constants", "attrs"):
-        need(isinstance(entry.get(part), list) and all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], list)
-                                                       for x in entry[part]), part)
-    need(all(isinstance(v, dict) and len(v.keys() & {"v", "dtype", "constexpr"}) == 1
-             for _, v in entry["constants"]), "constants")
-    entry.setdefault("notes", {})
-    need(isinstance(entry["notes"], dict), "notes")
-    return entry
 
 
 def load_compiled(key: str | None, fn=None, require: dict | None = None):
@@ -628,7 +470,7 @@ _prebuilt_warned = False
 def prebuilt_dir():
     """The package's store of compiled kernels."""
     from pathlib import Path
-    return Path(__file__).parent / "kernels" / "block" / "prebuilt"
+    return Path(__file__).parent.parent / "kernels" / "block" / "prebuilt"
 
 
 def _prebuilt_on() -> bool:
@@ -741,307 +583,14 @@ def _install(entry: dict) -> dict | None:
     return group
 
 
-def export_compiled(out=None, index=None, fresh: bool = False) -> dict:
-    """Copy every kernel this machine's index recorded (``index``: its folder, default
-    ``<Triton's cache>/tiledmm-index``) into the store (``out``, default ``prebuilt_dir()``) for this
-    Triton version: its metadata and binary (the other stages of Triton's output are left out), each
-    distinct file once. Entries already there are kept (``fresh``: this version's are dropped first);
-    blobs no version's index names are removed. Returns a report: kernels, distinct files, their bytes
-    raw and stored, per kernel name."""
-    import gzip
-    import hashlib
-    import json
-    from pathlib import Path
-
-    import triton
-    from triton.runtime.cache import get_cache_manager
-    out = Path(out) if out is not None else prebuilt_dir()
-    index = Path(index) if index is not None else _index_path("x").parent
-    doc_path = out / f"triton-{triton.__version__}.json"
-    try:
-        doc = json.loads(doc_path.read_text())
-        assert doc.get("format") == PREBUILT_FORMAT and not fresh
-    except (OSError, ValueError, AssertionError):
-        doc = {"format": PREBUILT_FORMAT, "triton": triton.__version__, "targets": [], "kernels": {}}
-    (out / "blobs").mkdir(parents=True, exist_ok=True)
-    added = 0
-    for p in sorted(index.glob("*.json")):
-        try:
-            entry = json.loads(p.read_text())
-        except (OSError, ValueError):
-            continue            # (the self-test's verdicts, a damaged entry)
-        if not isinstance(entry, dict) or not entry.get("shipped"):
-            continue
-        group = get_cache_manager(entry["hash"]).get_group(f"{entry['name']}.json") or {}
-        keep = {f: path for f, path in group.items() if f.endswith((".json", ".cubin"))}
-        if not any(f.endswith(".cubin") for f in keep):
-            continue
-        files = {}
-        for fname, path in sorted(keep.items()):
-            data = Path(path).read_bytes()
-            if fname.endswith(".json"):
-                target = json.loads(data).get("target") or {}
-                t = [target.get("backend"), target.get("arch"), target.get("warp_size")]
-                if t not in doc["targets"]:
-                    doc["targets"].append(t)
-            blob = f"{hashlib.sha256(data).hexdigest()[:32]}{Path(fname).suffix}.gz"
-            if not (out / "blobs" / blob).exists():
-                (out / "blobs" / blob).write_bytes(gzip.compress(data, 9, mtime=0))
-            files[fname] = blob
-        shipped = entry.pop("shipped")
-        added += shipped not in doc["kernels"]
-        doc["kernels"][shipped] = {**entry, "files": files}
-    doc["kernels"] = dict(sorted(doc["kernels"].items()))
-    doc_path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
-    named = set()
-    for p in out.glob("triton-*.json"):
-        try:
-            named |= {b for e in json.loads(p.read_text())["kernels"].values() for b in e["files"].values()}
-        except (OSError, ValueError, KeyError):
-            continue
-    for b in (out / "blobs").glob("*.gz"):
-        if b.name not in named:
-            b.unlink()
-    _prebuilt_store.cache_clear()
-    _other_versions.cache_clear()
-    blobs = {b for e in doc["kernels"].values() for b in e["files"].values()}
-    raw = sum(len(gzip.decompress((out / "blobs" / b).read_bytes())) for b in blobs)
-    by_name: dict = {}
-    for e in doc["kernels"].values():
-        by_name[e["name"]] = by_name.get(e["name"], 0) + 1
-    return {"triton": triton.__version__, "kernels": len(doc["kernels"]), "added": added, "files": len(blobs),
-            "cubins": sum(b.split(".")[1] == "cubin" for b in blobs), "raw_bytes": raw,
-            "stored_bytes": sum((out / "blobs" / b).stat().st_size for b in blobs) + doc_path.stat().st_size,
-            "targets": doc["targets"], "by_name": by_name}
-
-
-# -- torch -----------------------------------------------------------------------------------------------
-
-def raw_stream_getter():
-    """``f(device_index) -> int``: torch's current raw CUDA stream on that device, without building
-    a Stream object (private; public fallback ``torch.cuda.current_stream(i).cuda_stream``)."""
-    import torch
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if get is None:
-        return lambda index: torch.cuda.current_stream(index).cuda_stream
-    return get
-
-
-def raw_stream(index: int) -> int:
-    return raw_stream_getter()(index)
-
-
-def device_getter():
-    """``f() -> int``: torch's current CUDA device index (private ``_cuda_getDevice``: no Python
-    wrapper; public fallback ``torch.cuda.current_device``)."""
-    import torch
-    if not torch.backends.cuda.is_built():
-        return lambda: 0            # a CPU build of torch: the CPU stands in for one device (emulation)
-    return getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
-
-
-def internal_overlap(t) -> bool:
-    """Whether two positions of ``t`` surely share memory: torch's own test where it has one (it
-    finds zero strides and strides smaller than the extent they step over, and answers "too
-    hard" -- taken as no -- for some interleavings), else the zero-stride test."""
-    import torch
-    probe = getattr(torch, "_debug_has_internal_overlap", None)
-    if probe is not None:
-        return probe(t) == 1
-    return any(s == 0 and n > 1 for n, s in zip(t.shape, t.stride()))
-
-
-def gpu_sleep(cycles: int) -> None:
-    """Keep the current stream busy for about ``cycles`` GPU clock cycles."""
-    import torch
-    torch.cuda._sleep(cycles)
-
-
-def version_counter(t) -> int:
-    """torch's version counter of ``t`` (moves with every in-place torch op on it or a view)."""
-    return t._version
-
-
-def storage_weakref(t):
-    """A weak reference to ``t``'s storage (``.expired()`` once the memory is freed)."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-    return StorageWeakRef(t.untyped_storage())
-
-
-# -- emulation after an earlier import of Triton or numba ---------------------------------------------
-
-def interpret_imported_triton() -> int:
-    """Make a Triton that was imported before tiledmm chose emulation run kernels in its interpreter;
-    the number of triton.language functions rewrapped.
-
-    ``@triton.jit`` reads TRITON_INTERPRET when it decorates, so an import of Triton before tiledmm set
-    it left triton.language's own jit functions (``tl.zeros``, ``tl.cdiv``, ...) as compiled-only
-    ``JITFunction`` objects, which raise "Cannot call @triton.jit'd outside of the scope of a kernel" when an
-    interpreted kernel calls them. The knob is switched on for this process (the kernels tiledmm
-    decorates later become interpreted ones) and each of those functions is replaced, in every
-    triton.language module that holds it, by the ``InterpretedFunction`` the decorator would have made."""
-    import sys
-
-    import triton
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-    knobs = getattr(triton, "knobs", None)
-    if knobs is not None:
-        knobs.runtime.interpret = True
-    made: dict = {}
-    for name, module in list(sys.modules.items()):
-        if module is None or not (name == "triton.language" or name.startswith("triton.language.")):
-            continue
-        for attr, value in list(vars(module).items()):
-            if type(value) is JITFunction:     # (Gluon's subclass has no interpreter: left alone)
-                if id(value) not in made:
-                    made[id(value)] = InterpretedFunction(value.fn)
-                setattr(module, attr, made[id(value)])
-    return len(made)
-
-
-def numba_simulator_ready() -> bool:
-    """Make numba's CUDA simulator what ``numba.cuda`` gives in this process (NUMBA_ENABLE_CUDASIM=1
-    is set); False where that cannot be had. numba.cuda takes its mode from numba's config
-    (``numba.cuda.core.config`` is ``numba.core.config``), which numba reads from the environment at its
-    own import: after ``import numba`` alone it is read again (``reload_config``, as numba's compiler
-    does), and numba.cuda, imported later, is the simulator; a numba.cuda imported already keeps the
-    mode it was imported in."""
-    import sys
-    config = sys.modules.get("numba.core.config")
-    if config is None:
-        return True
-    if "numba.cuda" in sys.modules:
-        return bool(getattr(config, "ENABLE_CUDASIM", False))
-    config.reload_config()
-    return bool(config.ENABLE_CUDASIM)
-
-
-# -- numba ---------------------------------------------------------------------------------------------
-
-def numba_array_maker(index: int):
-    """``f(shape, strides, dtype, pointer, nbytes, owner)``: a numba DeviceNDArray over device memory
-    that ``owner`` keeps alive (numba-cuda 0.30.4's ``MemoryPointer(context, pointer, size,
-    owner=)``); None where numba has none of that (callers use numba's ``device_array``)."""
-    try:
-        from numba.cuda.cudadrv import devicearray, devices, driver   # (the caller has imported numba)
-        context = devices.get_context(index)
-        pointer, memory, array = driver.binding.CUdeviceptr, driver.MemoryPointer, devicearray.DeviceNDArray
-    except (ImportError, AttributeError):
-        return None
-
-    def make(shape, strides, dtype, ptr: int, nbytes: int, owner):
-        return array(shape, strides, dtype, gpu_data=memory(context, pointer(ptr), nbytes, owner=owner))
-    return make
-
-
-def numba_disk_cache(kernel, tag: str, root: str, on_ready: Callable[[], object] | None = None) -> bool:
-    """Give the numba CUDA kernel ``kernel`` (a dispatcher not yet compiled) a disk cache in ``root``
-    keyed by ``tag`` -- a text that names everything its factory froze into it (numba-cuda 0.30.4's
-    ``CUDACache`` subclassed). numba's own ``cache=True`` keys a kernel by its bytecode and a pickle
-    of its closure, which for a factory's kernel holds other dispatchers (pickled by value, their
-    own closures included) and misses its jit options (``launch_bounds``); here the closure's hash is
-    replaced by the tag's. Each tag has its own index and data files, a data file named by a hash of
-    its key, so processes that compile different kernels at once never overwrite each other's data
-    (numba numbers data files per index). A damaged or unreadable file is a miss, a failed write is
-    ignored. ``on_ready()`` is called after a kernel was loaded from or written to the disk. False
-    (nothing changed: the kernel compiles in every process, as before) where this numba differs or
-    the folder cannot be written."""
-    cls = _numba_cache_class(str(root))
-    if cls is None or not hasattr(kernel, "_cache") or not hasattr(kernel, "py_func"):
-        return False
-    try:
-        kernel._cache = cls(kernel.py_func, tag, on_ready)
-    except Exception:  # noqa: BLE001 -- no locator (a read-only folder), another numba: no disk cache
-        return False
-    return True
-
-
-@functools.lru_cache(maxsize=None)
-def _numba_cache_class(root: str):
-    """The tagged cache class (``numba_disk_cache``) of one cache folder, or None."""
-    import hashlib
-    import os
-    try:
-        import numba_cuda
-        from numba.cuda.dispatcher import CUDACache, CUDACacheImpl
-        try:
-            from numba.cuda.core.caching import IndexDataCacheFile, _CacheLocator, _SourceFileBackedLocatorMixin
-        except ImportError:     # numba-cuda before its own copy of numba's caching
-            from numba.core.caching import IndexDataCacheFile, _CacheLocator, _SourceFileBackedLocatorMixin
-    except ImportError:
-        return None
-
-    def sha(x) -> str:
-        return hashlib.sha256(x if isinstance(x, bytes) else str(x).encode()).hexdigest()
-
-    class Locator(_SourceFileBackedLocatorMixin, _CacheLocator):
-        def __init__(self, py_func, py_file):
-            self._py_file = py_file
-            self._lineno = py_func.__code__.co_firstlineno
-            self._cache_path = os.path.join(root, self.get_suitable_cache_subpath(py_file))
-
-        def get_cache_path(self):
-            return self._cache_path
-
-    class Impl(CUDACacheImpl):
-        _locator_classes = [Locator]
-
-    class KeyedFile(IndexDataCacheFile):
-        def __init__(self, cache_path, filename_base, source_stamp):
-            super().__init__(cache_path, filename_base, source_stamp)
-            self._base = filename_base
-
-        def save(self, key, data):
-            name = f"{self._base}.{sha(repr(key))[:20]}.nbc"
-            self._save_data(name, data)          # the data first, then the index entry naming it
-            try:
-                overloads = self._load_index()
-            except Exception:  # noqa: BLE001 -- a damaged index: started again
-                overloads = {}
-            overloads[key] = name
-            self._save_index(overloads)
-
-    class TaggedCache(CUDACache):
-        _impl_class = Impl
-
-        def __init__(self, py_func, tag: str, on_ready):
-            self._tag, self._on_ready = tag, on_ready
-            super().__init__(py_func)
-            self._cache_file = KeyedFile(self._cache_path, f"{self._impl.filename_base}-{sha(tag)[:16]}",
-                                         self._impl.locator.get_source_stamp())
-
-        def _index_key(self, sig, codegen):
-            key = (sig, codegen.magic_tuple(), getattr(numba_cuda, "__version__", ""),
-                   (sha(self._py_func.__code__.co_code), sha(self._tag)))
-            if getattr(self, "_launch_config_key", None) is not None:
-                key += (("launch_config", self._launch_config_key),)
-            return key
-
-        def load_overload(self, sig, target_context):
-            try:
-                data = super().load_overload(sig, target_context)
-            except Exception:  # noqa: BLE001 -- damaged, truncated, another format: a miss
-                return None
-            if data is not None:
-                self._ready()
-            return data
-
-        def save_overload(self, sig, data):
-            try:
-                super().save_overload(sig, data)
-            except Exception:  # noqa: BLE001 -- a full disk, a read-only folder: compiled again next time
-                return
-            self._ready()
-
-        def _ready(self):
-            if self._on_ready is not None:
-                try:
-                    self._on_ready()
-                except Exception:  # noqa: BLE001 -- a marker not written: only a later pick is the poorer
-                    pass
-    return TaggedCache
-
+# The adapter's other parts, each one kind of private interface, re-exported: callers use ``_adapter.X``.
+from .index_entry import SourceStub, _decode, _encode, _index_entry  # noqa: E402,F401
+from .gluon_launch import TensorDescLaunch, ensure_context, tensordesc_launch  # noqa: E402,F401
+from .store_build import export_compiled  # noqa: E402,F401
+from .torch_private import (device_getter, gpu_sleep, internal_overlap, raw_stream, raw_stream_getter,  # noqa: E402,F401
+                            storage_weakref, version_counter)
+from .boot import interpret_imported_triton, numba_simulator_ready  # noqa: E402,F401
+from .numba_private import numba_array_maker, numba_disk_cache  # noqa: E402,F401
 
 __all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key", "load_compiled",
            "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch",
