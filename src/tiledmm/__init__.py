@@ -9,7 +9,8 @@ from . import registry  # noqa: E402
 from .api import kernel_names, matmul  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["matmul", "kernel_names", "registry", "emulating", "TiledmmError", "enable", "ops", "nn", "__version__"]
+__all__ = ["matmul", "kernel_names", "registry", "emulating", "TiledmmError", "enable", "ops", "nn", "scaled_matmul",
+           "quantize_fp8", "dequantize_fp8", "__version__"]
 
 
 def __getattr__(name: str):
@@ -19,4 +20,6 @@ def __getattr__(name: str):
         return importlib.import_module(f".{name}", __name__)
     if name == "enable":
         return importlib.import_module(".ops", __name__).enable
+    if name in ("scaled_matmul", "quantize_fp8", "dequantize_fp8"):      # FP8: torch on first use
+        return getattr(importlib.import_module(".fp8", __name__), name)
     raise AttributeError(f"module 'tiledmm' has no attribute {name!r}")

@@ -78,3 +78,5 @@ SPEC: KernelSpec = register(KernelSpec(
     check_options=lambda dtype, opts: check_precision(dtype, opts.get("precision")),
     fast_plan=_fast_plan, preload=load,
     block_tile=lambda tile: (tile or 128, tile or 128)))
+
+from . import fp8  # noqa: E402,F401  (registers the FP8 family's kernel, 'triton-fp8'; imports no Triton)

@@ -1,0 +1,415 @@
+"""FP8 products: ``tiledmm.scaled_matmul``, ``tiledmm.quantize_fp8`` and ``tiledmm.dequantize_fp8``.
+
+``scaled_matmul(a, b, scale_a, scale_b)`` is ``(a * scale_a) @ (b * scale_b)`` for float8 operands
+(``float8_e4m3fn`` or ``float8_e5m2``, any pair) with fp32 accumulation, as ``torch._scaled_mm``
+computes it; the scales' shapes name the recipe, as torch's do (a (M, K), b (K, N)):
+
+=========== ===================================== =====================================
+recipe      scale_a                               scale_b
+=========== ===================================== =====================================
+per tensor  one element (shape (), (1,), (1, 1))   one element
+rowwise     (M, 1): one per row of a              (1, N): one per column of b
+blockwise   (M, ceil(K/128)): 1 x 128 blocks of a (ceil(K/128), ceil(N/128)): 128 x 128 of b
+=========== ===================================== =====================================
+
+Per tensor and rowwise scales may be mixed (one per tensor on one side, rowwise on the other).
+Scales are float32, positive and finite; the real value is the fp8 value times its scale.
+Batches: a (B, M, K) and/or b (B, K, N) (a batch of 1 or a 2-D operand broadcasts); a scale may
+carry the batch as a leading dimension of B (or 1), or not (one set of scales for every batch).
+
+Layouts: the kernel reads a row-major (K contiguous) and b K-major (``b.t()`` contiguous, i.e.
+b = w.t() for a row-major weight w (N, K)) -- the layouts wgmma takes for 8-bit operands, and the
+ones ``torch._scaled_mm`` requires. Any other layout is taken too, at the cost of one transposing
+copy of that operand (``a.contiguous()``, ``b.t().contiguous().t()``).
+
+Accumulation: fp32. On Hopper the tensor core's fp8 accumulator keeps about 14 bits, so the kernel
+promotes: every 128 elements of K the tensor core's partial sum is added into an fp32 register
+accumulator (blockwise scaling does so with each K block's scales). ``use_fast_accum=True`` skips
+the promotion for per-tensor and rowwise scales (one tensor-core accumulator all along K: faster,
+less accurate for long K), as torch's does; blockwise scaling always promotes.
+
+Output: ``out_dtype`` bfloat16 (default), float16 or float32, with an optional ``bias`` (N values
+added to every row) and ``activation`` ("relu", "gelu", "gelu_tanh", "silu") applied in the
+kernel's epilogue, in fp32, before the one rounding to ``out_dtype``.
+
+Accuracy (the documented bound, checked by the tests on the CPU and on the GPU): against the
+float64 product of the dequantised operands (``dequantize_fp8(a, scale_a) @ dequantize_fp8(b,
+scale_b)``, plus bias), with random operands, the relative Frobenius error is at most
+``u(out_dtype) + 2**-11`` for every recipe with promotion -- u = 2**-8 for bfloat16, 2**-11 for
+float16, 2**-24 for float32 (one rounding of the result) plus the fp32 accumulation of 128-element
+tensor-core partial sums -- and does not grow with K (K = 16384 stays within 2x of K = 1024). With
+``use_fast_accum=True`` the accumulation term grows with K (the bench measures it). The
+quantisation itself (``quantize_fp8``) rounds each value to 3 (e4m3) or 2 (e5m2) fraction bits:
+``|dequantize(quantize(x)) - x| <= 2**-4 |x|`` (e4m3; 2**-3 for e5m2) above the format's
+subnormal range, ``scale * 2**-10`` (e4m3; ``scale * 2**-17`` e5m2) below it.
+
+Validation: every bad call is a one-line ``TiledmmError`` naming the shapes, dtypes or scales --
+non-fp8 operands, mismatched shapes, batches or devices, scales of a shape no recipe has, of a
+dtype other than float32, non-positive or non-finite scales (``check_scales=True``, the default,
+reads the scales: one device synchronisation per call on a GPU, none while a CUDA graph is
+captured or under ``torch.compile``; pass ``check_scales=False`` where the scales come from
+``quantize_fp8``). Inputs are never modified.
+
+Without a GPU the same kernel runs in Triton's interpreter on CPU tensors (toy sizes): fp8 values
+multiply exactly and sum in fp32, with the same scaling per 128-wide K block.
+
+``quantize_fp8(x, recipe, dtype)`` returns ``(x8, scale)`` with ``x ~= x8 * scale``: amax of each
+group, scale = amax / fp8_max (448 for e4m3, 57344 for e5m2; a group of zeros gets 1e-12 / fp8_max),
+values divided by it and cast with saturation, in one pass per group on the GPU. Groups:
+"tensorwise" (one scale, shape ()), "rowwise" (one per row, over the last dimension: shape
+x.shape[:-1] + (1,)), "blockwise" (``block=(1, 128)``, the A side: x.shape[:-1] + (ceil(C/128),);
+``block=(128, 128)``, the B side: x.shape[:-2] + (ceil(R/128), ceil(C/128))). For the B operand
+quantise the weight w (N, K) as stored and pass ``w8.t()`` with ``scale.t()``: rowwise (N, 1)
+becomes (1, N), blockwise (ceil(N/128), ceil(K/128)) becomes (ceil(K/128), ceil(N/128)).
+"""
+from __future__ import annotations
+
+from ._backend import mode
+
+mode()   # GPU or emulation before torch (and with it Triton) is imported
+import torch  # noqa: E402
+
+from . import _backend, registry  # noqa: E402
+from ._arrays import TiledmmError, describe, overlaps, shape_str  # noqa: E402
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+RECIPES = ("tensorwise", "rowwise", "blockwise")
+BLOCKS = ((1, 128), (128, 128))
+BLOCK = 128
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e5m2: 57344.0}
+EPS = 1e-12
+ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu")
+KERNEL = "triton-fp8"
+
+__all__ = ["scaled_matmul", "quantize_fp8", "dequantize_fp8", "RECIPES", "FP8_DTYPES"]
+
+
+def _cdiv(x: int, y: int) -> int:
+    return -(-x // y)
+
+
+def _name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+# -- validation --------------------------------------------------------------------------------------
+
+def check_activation(act) -> str:
+    name = "none" if act is None else act
+    if name not in ACTIVATIONS:
+        raise TiledmmError(f"activation must be one of {list(ACTIVATIONS)} or None, got {act!r}")
+    return name
+
+
+def check_recipe(recipe) -> str:
+    if recipe not in RECIPES:
+        raise TiledmmError(f"fp8 recipe must be one of {list(RECIPES)}, got {recipe!r}")
+    return recipe
+
+
+def _check_operand(t, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TiledmmError(f"{name} must be a torch tensor of float8_e4m3fn or float8_e5m2, got {type(t).__name__}")
+    if t.dtype not in FP8_DTYPES:
+        raise TiledmmError(f"scaled_matmul takes float8_e4m3fn or float8_e5m2 operands; got {describe(t, name)} "
+                           "(make one with tiledmm.quantize_fp8; for other dtypes use tiledmm.matmul)")
+    if t.dim() not in (2, 3):
+        raise TiledmmError(f"scaled_matmul takes 2-D or 3-D (batched) operands; got {describe(t, name)}")
+
+
+def _lead(s) -> int | None:
+    """The batch size a scale carries (None: none)."""
+    return s.shape[0] if s.dim() == 3 else None
+
+
+def _last2(s) -> tuple:
+    return (1,) * (2 - min(s.dim(), 2)) + tuple(s.shape[-2:])
+
+
+def plan(a, b, scale_a, scale_b, bias=None, out_dtype=torch.bfloat16, act="none") -> dict:
+    """Check a call (shapes, dtypes, devices; not the scales' values) and describe it: batch B, M, K,
+    N, the result's shape, ``blockwise``, and the scales' shapes as 3-D views (``sa3``, ``sb3``)."""
+    _check_operand(a, "a")
+    _check_operand(b, "b")
+    if a.shape[-1] != b.shape[-2]:
+        raise TiledmmError(f"inner dimensions differ: a is {shape_str(a.shape)}, b is {shape_str(b.shape)} "
+                           f"(a's last dimension, {a.shape[-1]}, must equal b's second-to-last, {b.shape[-2]})")
+    if a.device != b.device:
+        raise TiledmmError(f"a and b are on different devices: {describe(a, 'a')}; {describe(b, 'b')}")
+    ba = a.shape[0] if a.dim() == 3 else 1
+    bb = b.shape[0] if b.dim() == 3 else 1
+    if ba != bb and 1 not in (ba, bb):
+        raise TiledmmError(f"batch sizes differ: a is {shape_str(a.shape)}, b is {shape_str(b.shape)}")
+    B = max(ba, bb)
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    batched = a.dim() == 3 or b.dim() == 3
+    if out_dtype not in OUT_DTYPES:
+        raise TiledmmError(f"out_dtype must be torch.bfloat16, torch.float16 or torch.float32, got {out_dtype}")
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(s, torch.Tensor):
+            raise TiledmmError(f"{name} must be a float32 torch tensor, got {type(s).__name__} {s!r}")
+        if s.dtype != torch.float32:
+            raise TiledmmError(f"{name} must be float32 (torch's convention for fp8 scales); got {describe(s, name)}")
+        if s.device != a.device:
+            raise TiledmmError(f"{name} is on another device than the operands: {describe(s, name)}; a is on "
+                               f"{a.device}")
+        if s.dim() > 3 or (s.dim() == 3 and s.shape[0] not in (1, B)):
+            raise TiledmmError(f"{name} {shape_str(s.shape)} has a batch dimension that is not a's and b's "
+                               f"({B}); give 2-D scales, or 3-D with a leading {B} or 1")
+    kb, nb = _cdiv(K, BLOCK), _cdiv(N, BLOCK)
+    la, lb = _last2(scale_a), _last2(scale_b)
+    one_a = scale_a.numel() == 1 or la == (1, 1)
+    one_b = scale_b.numel() == 1 or lb == (1, 1)
+    outer = (one_a or la == (M, 1)) and (one_b or lb == (1, N))
+    block = (one_a or la == (M, kb)) and (one_b or lb == (kb, nb))
+    if not (outer or block) or (scale_a.dim() < 2 and not one_a) or (scale_b.dim() < 2 and not one_b):
+        raise TiledmmError(
+            f"scale_a {shape_str(scale_a.shape)} and scale_b {shape_str(scale_b.shape)} name no recipe for "
+            f"a {shape_str(a.shape)} @ b {shape_str(b.shape)}: give per tensor one element each, rowwise "
+            f"scale_a ({M}, 1) and scale_b (1, {N}), or blockwise scale_a ({M}, {kb}) (1x128 blocks) and "
+            f"scale_b ({kb}, {nb}) (128x128 blocks)")
+    blockwise = not outer
+    res = ((B,) if batched else ()) + (M, N)
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.shape[0] != N \
+                or not bias.is_floating_point() or bias.device != a.device:
+            raise TiledmmError(f"bias must be a 1-D float tensor of N = {N} values on {a.device}; got "
+                               f"{describe(bias, 'bias') if isinstance(bias, torch.Tensor) else type(bias).__name__}")
+    check_activation(act)
+    return {"B": B, "M": M, "K": K, "N": N, "res": res, "blockwise": blockwise, "kcols": kb if blockwise else 1,
+            "brows": kb if blockwise else 1, "bcols": nb if blockwise else N}
+
+
+def _scale3(s, B: int, rows: int, cols: int):
+    """The scale as a (B | 1, rows, cols) view whose strides index it (0 where one value serves many)."""
+    if s.numel() == 1:
+        return s.reshape(1, 1, 1).expand(1, rows, cols)
+    s3 = s if s.dim() == 3 else s.unsqueeze(0)
+    return s3.expand(s3.shape[0], rows, cols)
+
+
+def check_scale_values(scale_a, scale_b) -> None:
+    """Positive and finite scales, or a TiledmmError naming the first bad value (one synchronisation
+    on a GPU; nothing while a CUDA graph is captured)."""
+    if scale_a.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    bad = [(~(torch.isfinite(s) & (s > 0))).any() for s in (scale_a, scale_b)]
+    flags = torch.stack(bad).tolist()
+    for name, s, flag in zip(("scale_a", "scale_b"), (scale_a, scale_b), flags):
+        if flag:
+            v = s[~(torch.isfinite(s) & (s > 0))].flatten()[0].item()
+            raise TiledmmError(f"{name} {shape_str(s.shape)} holds {v}: fp8 scales must be positive and finite")
+
+
+# -- the scaled product -------------------------------------------------------------------------------
+
+def scaled_matmul(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, activation=None,
+                  use_fast_accum: bool = False, out=None, check_scales: bool = True, config=None):
+    """``act((a * scale_a) @ (b * scale_b) + bias)`` in ``out_dtype``, fp8 ``a`` and ``b`` (see the
+    module's docstring: recipes by the scales' shapes, layouts, promotion, accuracy, errors).
+
+    a: (M, K) or (B, M, K) float8; b: (K, N) or (B, K, N) float8 (best K-major: b = w.t());
+    scale_a, scale_b: float32 tensors; out_dtype: bfloat16, float16, float32; bias: (N,) float;
+    activation: None, "relu", "gelu", "gelu_tanh", "silu"; use_fast_accum: no promotion (per tensor
+    and rowwise only); out: a tensor of the result's shape and ``out_dtype`` to write into;
+    check_scales: read the scales and refuse non-positive or non-finite ones (one device sync);
+    config: a config name of the kernel family (``tiledmm.kernels.block.fp8_kernels.CONFIGS``) or
+    dict, for benchmarks. Returns the result (``out`` if given)."""
+    act = check_activation(activation)
+    if not _direct(a, b, scale_a, scale_b, bias):          # torch.compile, export, fake tensors: the operator
+        if out is not None or config is not None:
+            raise TiledmmError("under torch.compile scaled_matmul takes no out= or config=")
+        from .ops import _fp8
+        return _fp8.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, act, bool(use_fast_accum))
+    p = plan(a, b, scale_a, scale_b, bias, out_dtype, act)
+    if out is not None:
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != p["res"] or out.dtype != out_dtype \
+                or out.device != a.device:
+            raise TiledmmError(f"out must be a {shape_str(p['res'])} {_name(out_dtype)} tensor on {a.device} (the "
+                               f"result's shape and out_dtype); got "
+                               f"{describe(out, 'out') if isinstance(out, torch.Tensor) else type(out).__name__}")
+    if check_scales:
+        check_scale_values(scale_a, scale_b)
+    return _run(a, b, scale_a, scale_b, bias, out_dtype, act, bool(use_fast_accum), out, p, config)
+
+
+def _direct(*tensors) -> bool:
+    """Plain tensors with storage, no tracer: run here (else the operator, whose fake computes shapes)."""
+    if torch.compiler.is_compiling():
+        return False
+    try:
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and (type(t) not in (torch.Tensor, torch.nn.Parameter)
+                                                or t.data_ptr() is None):
+                return False
+    except RuntimeError:
+        return False
+    return True
+
+
+def _device():
+    return torch.device("cpu") if _backend.emulating() else None
+
+
+def _run(a, b, scale_a, scale_b, bias, out_dtype, act: str, fast_accum: bool, out, p: dict, config=None):
+    """The checked call: layouts, views, the kernel (or the trivial cases), the result."""
+    B, M, K, N = p["B"], p["M"], p["K"], p["N"]
+    spec = registry.get(KERNEL)
+    work = B * M * N * K
+    if _backend.emulating():
+        if a.device.type != "cpu":
+            raise TiledmmError(f"no GPU is in use (emulation): give CPU tensors; got {describe(a, 'a')}")
+        limit = _backend.emulation_limit(spec.emulation_limit)
+        if work > limit:
+            raise TiledmmError(f"{shape_str(a.shape)} @ {shape_str(b.shape)} is {work:,} multiply-adds, over the "
+                               f"emulation limit of {limit:,} for kernel {KERNEL!r}: with no GPU the kernel runs in "
+                               "Triton's interpreter. Use smaller matrices, a GPU, or raise TILEDMM_EMULATION_LIMIT.")
+    home = a.device
+    if not _backend.emulating() and home.type == "cpu":       # host tensors: computed on the GPU, returned here
+        dev = torch.device("cuda", torch.cuda.current_device())
+        moved = [None if t is None else t.to(dev) for t in (a, b, scale_a, scale_b, bias)]
+        r = _run(*moved, out_dtype, act, fast_accum, None, p, config)
+        if out is None:
+            return r.to(home)
+        out.copy_(r)
+        return out
+    c = out if out is not None else torch.empty(p["res"], dtype=out_dtype, device=home)
+    if c.numel() == 0:
+        return c
+    if K == 0:                                 # no product: act(bias) or act(0)
+        c.zero_()
+        if bias is not None:
+            c.add_(bias.to(out_dtype))
+        if act != "none":
+            from .ops._impl import activation as _act
+            c.copy_(_act(c.float(), act).to(out_dtype))
+        return c
+    a3 = a if a.dim() == 3 else a.unsqueeze(0)
+    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    if a3.stride(2) != 1 and K > 1:            # row-major A: one copy for any other layout
+        a3 = a3.contiguous()
+    if b3.stride(1) != 1 and K > 1:            # K-major B: one transposing copy for any other layout
+        b3 = b3.transpose(1, 2).contiguous().transpose(1, 2)
+    sa3 = _scale3(scale_a, B, M, p["kcols"])
+    sb3 = _scale3(scale_b, B, p["brows"], p["bcols"])
+    c3 = c if c.dim() == 3 else c.unsqueeze(0)
+    direct = c3.shape[0] == B and not any(overlaps(c3, t) for t in (a3, b3, scale_a, scale_b)
+                                          if t is not None) and not (bias is not None and overlaps(c3, bias))
+    target = c3 if direct else torch.empty((B, M, N), dtype=out_dtype, device=home)
+    spec.launch(a3, b3, target, tile=None,
+                opts={"scale_a": sa3, "scale_b": sb3, "bias": bias, "act": act, "fast_accum": fast_accum,
+                      "blockwise": p["blockwise"], "config": config})
+    if not direct:
+        c3.copy_(target.reshape(c3.shape))
+    return c
+
+
+# -- quantisation ------------------------------------------------------------------------------------
+
+def _check_quantize(x, recipe, dtype, block) -> tuple:
+    if not isinstance(x, torch.Tensor) or x.dtype not in (torch.float32, torch.bfloat16, torch.float16,
+                                                          torch.float64):
+        what = describe(x, "x") if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TiledmmError(f"quantize_fp8 takes a float32, bfloat16, float16 or float64 tensor; got {what}")
+    check_recipe(recipe)
+    if dtype not in FP8_DTYPES:
+        raise TiledmmError(f"dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {dtype}")
+    if x.dim() == 0:
+        raise TiledmmError("quantize_fp8 takes a tensor of at least one dimension; got a scalar")
+    block = tuple(block)
+    if recipe == "blockwise":
+        if block not in BLOCKS:
+            raise TiledmmError(f"block must be (1, 128) (the A side: activations) or (128, 128) (the B side: "
+                               f"weights), got {block}")
+        if block == (128, 128) and x.dim() < 2:
+            raise TiledmmError(f"128 x 128 blocks need a tensor of at least two dimensions; got {describe(x, 'x')}")
+    return block
+
+
+def scale_shape(shape: tuple, recipe: str, block=(1, 128)) -> tuple:
+    """The shape of ``quantize_fp8``'s scale for an x of ``shape``."""
+    if recipe == "tensorwise":
+        return ()
+    if recipe == "rowwise":
+        return tuple(shape[:-1]) + (1,)
+    if tuple(block) == (1, 128):
+        return tuple(shape[:-1]) + (_cdiv(shape[-1], BLOCK),)
+    return tuple(shape[:-2]) + (_cdiv(shape[-2], BLOCK), _cdiv(shape[-1], BLOCK))
+
+
+def quantize_fp8(x, recipe: str = "tensorwise", dtype=torch.float8_e4m3fn, *, block=(1, 128)):
+    """``(x8, scale)``: x in fp8 with float32 scales, ``x ~= dequantize_fp8(x8, scale)`` (see the
+    module's docstring). recipe: "tensorwise", "rowwise" (over the last dimension) or "blockwise"
+    (``block`` (1, 128) for an A operand, (128, 128) for a B operand / weight). x8 has x's shape
+    (contiguous); x itself is not modified."""
+    block = _check_quantize(x, recipe, dtype, block)
+    if not _direct(x):
+        from .ops import _fp8
+        return _fp8.quantize(x, recipe, block[0], dtype)
+    return _quantize(x, recipe, dtype, block)
+
+
+def _quantize(x, recipe: str, dtype, block: tuple):
+    home = x.device
+    if _backend.emulating():
+        if home.type != "cpu":
+            raise TiledmmError(f"no GPU is in use (emulation): give a CPU tensor; got {describe(x, 'x')}")
+        if x.numel() > _backend.emulation_limit(2 ** 24):
+            raise TiledmmError(f"x {shape_str(x.shape)} has {x.numel():,} elements, over the emulation limit")
+    elif home.type == "cpu":
+        q, s = _quantize(x.to(torch.device("cuda", torch.cuda.current_device())), recipe, dtype, block)
+        return q.to(home), s.to(home)
+    q = torch.empty(x.shape, dtype=dtype, device=home)
+    s = torch.empty(scale_shape(tuple(x.shape), recipe, block), dtype=torch.float32, device=home)
+    if x.numel() == 0:
+        s.fill_(EPS / FP8_MAX[dtype])
+        return q, s
+    C = x.shape[-1]
+    R = x.shape[-2] if x.dim() >= 2 else 1
+    x3 = x.reshape(-1, R, C)
+    q3 = q.view(-1, R, C)
+    Bn = x3.shape[0]
+    if recipe == "tensorwise":
+        kind, s3 = "tensor", s.view(1, 1, 1)
+    elif recipe == "rowwise":
+        kind, s3 = "rows", s.view(Bn, R, 1)
+    elif block == (1, 128):
+        kind, s3 = "row_blocks", s.view(Bn, R, _cdiv(C, BLOCK))
+    else:
+        kind, s3 = "tiles", s.view(Bn, _cdiv(R, BLOCK), _cdiv(C, BLOCK))
+    from .kernels.block import fp8 as family
+    family.quantize(x3, q3, s3, kind, _name(dtype))
+    return q, s
+
+
+def expand_scale(scale, shape: tuple):
+    """The scale at every element of an x of ``shape`` (float32, broadcastable to ``shape``): what
+    ``quantize_fp8``'s scales mean, read back from their shape."""
+    if scale.numel() == 1:
+        return scale.reshape(())
+    R = shape[-2] if len(shape) >= 2 else 1
+    C = shape[-1]
+    s = scale if scale.dim() >= 2 else scale.reshape(1, -1)
+    sr, sc = s.shape[-2], s.shape[-1]
+    if sc not in (C, 1, _cdiv(C, BLOCK)) or sr not in (R, 1, _cdiv(R, BLOCK)):
+        raise TiledmmError(f"scale {shape_str(scale.shape)} fits no recipe for x {shape_str(shape)}")
+    if sc != C and sc != 1:
+        s = s.repeat_interleave(BLOCK, dim=-1)[..., :C]
+    if sr != R and sr != 1:
+        s = s.repeat_interleave(BLOCK, dim=-2)[..., :R, :]
+    return s if len(shape) >= 2 else s.reshape(s.shape[-1:])
+
+
+def dequantize_fp8(x8, scale, dtype=torch.float32):
+    """``x8 * scale`` in ``dtype`` (float32 default; float64 for references): the inverse of
+    ``quantize_fp8`` up to its rounding, for any recipe (read from the scale's shape)."""
+    if not isinstance(x8, torch.Tensor) or x8.dtype not in FP8_DTYPES:
+        raise TiledmmError(f"dequantize_fp8 takes a float8 tensor; got "
+                           f"{describe(x8, 'x8') if isinstance(x8, torch.Tensor) else type(x8).__name__}")
+    if not isinstance(scale, torch.Tensor) or not scale.is_floating_point():
+        raise TiledmmError(f"scale must be a float tensor; got {type(scale).__name__}")
+    return (x8.to(dtype) * expand_scale(scale, tuple(x8.shape)).to(dtype)).to(dtype)
+
+
+from .ops import _fp8 as _ops  # noqa: E402,F401  (registers torch.ops.tiledmm.scaled_mm and quantize_fp8)

@@ -1,0 +1,412 @@
+"""FP8 in Triton: the scaled product and the quantisation kernels (Hopper's 8-bit tensor cores).
+
+The product, ``scaled_mm_kernel``: C = act((A * sa) @ (B * sb) + bias), A and B float8 (e4m3 or
+e5m2, any pair), fp32 accumulation. Two ways to scale:
+
+* outer (per tensor, rowwise): sa is one value per row of A (stride 0 for one per tensor), sb one
+  per column of B; since they factor out of the K sum, they are applied once, in the epilogue.
+* blockwise (1 x 128 blocks of A, 128 x 128 of B, the DeepSeek-V3 recipe): the scales change every
+  128 elements of K, so each 128-wide K block's partial product is scaled and added into the
+  fp32 total as soon as it is complete.
+
+Promotion. On Hopper the tensor core's fp8 accumulator keeps about 14 bits (DeepSeek-V3's
+measurement): a long K loses accuracy when every phase adds into it. With ``PROMOTE`` = P the
+K loop accumulates P elements of K into a fresh tensor-core accumulator (``part``), then adds
+that into a second fp32 accumulator held in registers (``acc``) -- DeepGEMM's promotion every
+128 elements; blockwise scaling does this anyway, with the scales. ``PROMOTE`` = 0 is fast
+accumulation (torch's ``use_fast_accum``): one accumulator the tensor core adds into all along.
+Triton leaves ``acc + dot(a, b)`` alone for fp8 (its fold into ``dot(a, b, acc)`` requires
+``max_num_imprecise_acc == 0``, which is not the sm_90 fp8 default), so the two accumulators stay
+two. A promoted tile holds both in registers: 128 x 128 with 8 warps is its largest tile here.
+
+SWAP = 1 computes the transposed tile, C^T = B^T A^T, so that the tensor core's M dimension is
+BLOCK_N (wgmma needs 64) and few rows of A (M <= 32: decoding) are its N dimension. fp8 wgmma reads
+both operands K-major from shared memory; A's rows and the K-major B (the layout torch._scaled_mm
+takes, and the only one the host passes here) are, either way round.
+
+Loads stay inside the matrices without masks on M and N (rows and columns wrap modulo M and N;
+the store is masked), with a mask on K only where K is not a multiple of the K step.
+
+Quantisation (``quantize_*``): the amax of each group, the scale amax / fp8_max (the value that
+multiplies the fp8 number back, torch's convention) and the saturating cast, one pass over x
+per group shape -- 1 x 128 row blocks, 128 x 128 tiles, whole rows (two sweeps of one row, the
+second from cache) -- and, per tensor, an amax pass (atomic max) and a cast pass.
+"""
+from __future__ import annotations
+
+from ..._backend import mode
+
+mode()  # decide GPU or emulation (TRITON_INTERPRET) before triton is imported
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from ._vcommon import cdiv, cfg, fast, num_sms  # noqa: E402
+from .kernels import _activation, _tile_id  # noqa: E402
+
+BLOCK = 128                 # the blockwise recipe's block edge
+EPS = 1e-12                 # amax floor: an all-zero group gets a tiny positive scale (torchao's)
+FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+MAX_GRID_YZ = 65535
+
+
+# -- the scaled product ------------------------------------------------------------------------------
+
+@triton.jit
+def _k_steps(a_tile, b_tile, acc, k_left, stride_ak, stride_bk,
+             BLOCK_K: tl.constexpr, STEPS: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr):
+    """acc += A[:, k : k + STEPS * BLOCK_K] @ B[k : ..., :] on the tensor core (``acc`` is its
+    accumulator), ``a_tile``/``b_tile`` at k; ``k_left`` = K - k bounds the loads unless EVEN_K."""
+    ks = tl.arange(0, BLOCK_K)
+    for s in tl.static_range(STEPS):
+        if EVEN_K:
+            a = tl.load(a_tile + s * BLOCK_K * stride_ak)
+            b = tl.load(b_tile + s * BLOCK_K * stride_bk)
+        else:
+            a = tl.load(a_tile + s * BLOCK_K * stride_ak, mask=ks[None, :] < k_left - s * BLOCK_K, other=0.0)
+            b = tl.load(b_tile + s * BLOCK_K * stride_bk, mask=ks[:, None] < k_left - s * BLOCK_K, other=0.0)
+        if SWAP:
+            acc = tl.dot(tl.trans(b), tl.trans(a), acc)
+        else:
+            acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit(do_not_specialize=["M"])
+def scaled_mm_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                     stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+                     stride_cb, stride_cm, stride_cn,
+                     stride_sab, stride_sam, stride_sak, stride_sbb, stride_sbk, stride_sbn, stride_bias,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                     BLOCKWISE: tl.constexpr, PROMOTE: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
+                     HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+    """C[b] = act((A[b] * sa) @ (B[b] * sb) + bias) for batch b = program_id(1).
+
+    Scales: ``sa_ptr[row * stride_sam + kblock * stride_sak]`` and ``sb_ptr[kblock * stride_sbk +
+    col' * stride_sbn]`` where col' is the column (outer scaling) or its 128-block (BLOCKWISE);
+    strides 0 broadcast one value (per tensor). PROMOTE: K elements per promotion (a multiple of
+    BLOCK_K; 128 when BLOCKWISE), 0 for fast accumulation. Bias: one value per column of C."""
+    pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    batch = tl.program_id(1).to(tl.int64)
+    a_ptr += batch * stride_ab
+    b_ptr += batch * stride_bb
+    c_ptr += batch * stride_cb
+    sa_ptr += batch * stride_sab
+    sb_ptr += batch * stride_sbb
+
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows_in = rows % M               # loads wrap inside A and B; the store is masked
+    cols_in = cols % N
+    ks = tl.arange(0, BLOCK_K)
+    a_tile = a_ptr + rows_in[:, None].to(tl.int64) * stride_am + ks[None, :] * stride_ak
+    b_tile = b_ptr + ks[:, None] * stride_bk + cols_in[None, :].to(tl.int64) * stride_bn
+    sa_rows = sa_ptr + rows_in * stride_sam
+    if BLOCKWISE:
+        sb_cols = sb_ptr + (cols_in // 128) * stride_sbn
+    else:
+        sb_cols = sb_ptr + cols_in * stride_sbn
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)     # C^T until the end
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+
+    if PROMOTE == 0:                 # fast accumulation: the tensor core's accumulator all along
+        for kb in range(0, tl.cdiv(K, BLOCK_K)):
+            acc = _k_steps(a_tile, b_tile, acc, K - kb * BLOCK_K, stride_ak, stride_bk, BLOCK_K, 1, SWAP, EVEN_K)
+            a_tile += BLOCK_K * stride_ak
+            b_tile += BLOCK_K * stride_bk
+    else:
+        STEPS: tl.constexpr = PROMOTE // BLOCK_K
+        for kp in range(0, tl.cdiv(K, PROMOTE)):
+            if SWAP:
+                part = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            else:
+                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            part = _k_steps(a_tile, b_tile, part, K - kp * PROMOTE, stride_ak, stride_bk, BLOCK_K, STEPS, SWAP,
+                            EVEN_K)
+            if BLOCKWISE:            # this K block's scales, then into the fp32 total
+                sa = tl.load(sa_rows + kp * stride_sak)
+                sb = tl.load(sb_cols + kp * stride_sbk)
+                if SWAP:
+                    acc += part * sb[:, None] * sa[None, :]
+                else:
+                    acc += part * sa[:, None] * sb[None, :]
+            else:
+                acc += part
+            a_tile += PROMOTE * stride_ak
+            b_tile += PROMOTE * stride_bk
+    if SWAP:
+        acc = tl.trans(acc)
+    if not BLOCKWISE:                # outer scales factor out of the K sum: applied once
+        acc = acc * tl.load(sa_rows)[:, None] * tl.load(sb_cols)[None, :]
+    if HAS_BIAS:
+        acc += tl.load(bias_ptr + cols_in * stride_bias).to(tl.float32)[None, :]
+    acc = _activation(acc, ACT)
+    c_tile = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
+    tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+# Configs by name (the bench prints each one's time per shape; ``choose`` picks among them).
+# BLOCK_K 128: one fp8 row of a tile is 128 bytes (the widest swizzle); a promoted config's tile
+# holds two fp32 accumulators in registers, so 128 x 256 is for fast accumulation only.
+CONFIGS: dict[str, dict] = {
+    "128x256": cfg(128, 256, 128, 8, 3, GROUP_M=8, SWAP=0),
+    "128x128": cfg(128, 128, 128, 8, 4, GROUP_M=8, SWAP=0),
+    "128x128w4": cfg(128, 128, 128, 4, 4, GROUP_M=8, SWAP=0),
+    "128x128k64": cfg(128, 128, 64, 8, 6, GROUP_M=8, SWAP=0),
+    "64x128": cfg(64, 128, 128, 4, 4, GROUP_M=8, SWAP=0),
+    "64x64": cfg(64, 64, 128, 4, 5, GROUP_M=8, SWAP=0),
+    "swap32x64": cfg(32, 64, 128, 4, 6, GROUP_M=1, SWAP=1),
+    "swap16x64": cfg(16, 64, 128, 4, 6, GROUP_M=1, SWAP=1),
+    "swap16x128": cfg(16, 128, 128, 4, 5, GROUP_M=1, SWAP=1),
+}
+FAST_ONLY = frozenset({"128x256", "128x128w4"})     # two accumulators of these tiles spill registers
+EMULATION_CONFIG = cfg(32, 32, 128, 1, 1, GROUP_M=2, SWAP=0)   # the interpreter: few programs
+
+
+def choose(M: int, N: int, K: int, batch: int, promoted: bool, sms: int) -> str:
+    """The config for a shape class, from the tile counts (no timing): the swapped tiles for
+    few rows, the widest tile that still fills the SMs about once, else narrower ones."""
+    if M <= 16:
+        return "swap16x64"
+    if M <= 32:
+        return "swap32x64"
+
+    def tiles(bm, bn):
+        return cdiv(M, bm) * cdiv(N, bn) * batch
+    if M <= 64:
+        return "64x128" if tiles(64, 128) >= sms // 2 else "64x64"
+    if not promoted and tiles(128, 256) >= sms:
+        return "128x256"
+    if tiles(128, 128) >= 0.75 * sms:
+        return "128x128"
+    return "64x128" if tiles(64, 128) >= 0.5 * sms else "64x64"
+
+
+def config_for(name_or_cfg, M, N, K, batch, promote: int, blockwise: bool, index) -> dict:
+    """The config dict a launch runs with: a name from CONFIGS, a dict of the same keys, or None
+    (``choose``'s pick; the interpreter's small tile in emulation)."""
+    from ..._arrays import TiledmmError
+    from ..._backend import emulating
+    if name_or_cfg is None:
+        if emulating():
+            c = dict(EMULATION_CONFIG)
+        else:
+            c = dict(CONFIGS[choose(M, N, K, batch, promote != 0, num_sms(index))])
+    elif isinstance(name_or_cfg, str):
+        if name_or_cfg not in CONFIGS:
+            raise TiledmmError(f"unknown fp8 config {name_or_cfg!r}; choose one of {list(CONFIGS)} or pass a dict")
+        if promote and name_or_cfg in FAST_ONLY:
+            raise TiledmmError(f"fp8 config {name_or_cfg!r} is for fast accumulation only (use_fast_accum=True, "
+                               "per tensor or rowwise): two accumulators of its tile do not fit the registers")
+        c = dict(CONFIGS[name_or_cfg])
+    elif isinstance(name_or_cfg, dict):
+        c = {"GROUP_M": 8, "SWAP": 0, "num_warps": 4, "num_stages": 3, **name_or_cfg}
+        if not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(c):
+            raise TiledmmError(f"an fp8 config dict needs BLOCK_M, BLOCK_N and BLOCK_K; got {name_or_cfg}")
+    else:
+        raise TiledmmError(f"config must be a name from {list(CONFIGS)}, a dict or None; got {name_or_cfg!r}")
+    bk = c["BLOCK_K"]
+    if blockwise and BLOCK % bk:
+        raise TiledmmError(f"blockwise scaling needs BLOCK_K dividing {BLOCK}; config has BLOCK_K={bk}")
+    if blockwise and c["BLOCK_N"] > BLOCK and c["BLOCK_N"] % BLOCK:
+        raise TiledmmError(f"blockwise scaling needs BLOCK_N dividing or a multiple of {BLOCK}; "
+                           f"config has BLOCK_N={c['BLOCK_N']}")
+    return c
+
+
+def promotion(config: dict, fast_accum: bool, blockwise: bool) -> int:
+    """K elements per promotion: the 128-wide scaling block (blockwise), else 128 rounded up to a
+    multiple of BLOCK_K, or 0 for fast accumulation."""
+    if blockwise:
+        return BLOCK
+    if fast_accum:
+        return 0
+    bk = config["BLOCK_K"]
+    return max(bk, (BLOCK // bk) * bk)
+
+
+def launch(a, b, c, sa, sb, bias, *, blockwise: bool, fast_accum: bool, act: str, config=None) -> dict:
+    """Enqueue c = act((a * sa) @ (b * sb) + bias) on torch's current stream.
+
+    a (B, M, K), b (B, K, N), c (B, M, N): 3-D views (batch stride 0 broadcasts); sa (B, M, kcols),
+    sb (B, krows, ncols): views whose strides index the scales (0 where one value serves many) --
+    kcols = krows = 1 for outer scaling, ceil(K/128) when blockwise, ncols = N or ceil(N/128).
+    bias: 1-D of N values (any float dtype) or None. Returns the config it ran."""
+    B, M, N = c.shape
+    K = a.shape[2]
+    from ._vcommon import index_of
+    conf = config_for(config, M, N, K, B, 0 if fast_accum and not blockwise else 1, blockwise, index_of(c))
+    promote = promotion(conf, fast_accum, blockwise)
+    step = promote or conf["BLOCK_K"]
+    flags = (("BLOCKWISE", bool(blockwise)), ("PROMOTE", promote), ("EVEN_K", K % step == 0),
+             ("HAS_BIAS", bias is not None), ("ACT", act))
+    fk = fast(scaled_mm_kernel, tuple(conf.items()), flags)
+    bm, bn = conf["BLOCK_M"], conf["BLOCK_N"]
+    tiles = cdiv(M, bm) * cdiv(N, bn)
+    bias_arg, bias_stride = (bias, bias.stride(0)) if bias is not None else (c, 0)
+    for b0 in range(0, B, MAX_GRID_YZ):
+        nb = min(B - b0, MAX_GRID_YZ)
+        part = [t[b0:b0 + nb] if t.shape[0] > 1 else t for t in (a, b, c, sa, sb)]
+        fk((tiles, nb), *part, bias_arg,
+           M, N, K, _bstride(a), a.stride(1), a.stride(2), _bstride(b), b.stride(1), b.stride(2),
+           c.stride(0), c.stride(1), c.stride(2), _bstride(sa), sa.stride(1), sa.stride(2),
+           _bstride(sb), sb.stride(1), sb.stride(2), bias_stride)
+    return conf
+
+
+def _bstride(t) -> int:
+    return t.stride(0) if t.shape[0] > 1 else 0
+
+
+# -- quantisation -----------------------------------------------------------------------------------
+
+@triton.jit
+def _saturate(x, FP8_MAX: tl.constexpr, ROUND: tl.constexpr):
+    """x clamped to the format's finite range (NaN stays NaN: the cast then gives the format's NaN);
+    with ROUND (emulation) also rounded to the format's grid, to nearest even, in fp32 arithmetic:
+    the interpreter's fp32 -> fp8 conversion does not carry a rounding into the exponent (7.77
+    becomes 4, not 8, Triton 3.9), while it converts values already on the grid exactly. The GPU's
+    conversion rounds to nearest even itself (cvt.rn.satfinite)."""
+    x = tl.minimum(tl.maximum(x, -FP8_MAX, propagate_nan=tl.PropagateNan.ALL), FP8_MAX,
+                   propagate_nan=tl.PropagateNan.ALL)
+    if ROUND:
+        # fraction bits and smallest normal exponent: e4m3 (max 448) 3 and -6, e5m2 2 and -14
+        MANT: tl.constexpr = 3 if FP8_MAX == 448.0 else 2
+        MIN_EXP: tl.constexpr = -6 if FP8_MAX == 448.0 else -14
+        e = tl.maximum(((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, MIN_EXP)
+        # 1.5 * 2^(e - MANT + 23): adding it rounds x to a multiple of 2^(e - MANT), the grid's spacing
+        magic = (((e - MANT + 150) << 23) | 0x400000).to(tl.float32, bitcast=True)
+        x = (x + magic) - magic
+    return x
+
+
+@triton.jit
+def quantize_groups_kernel(x_ptr, q_ptr, s_ptr, R, C, stride_xb, stride_xr, stride_xc, stride_qb, stride_qr,
+                           stride_sb, stride_sr, stride_sc, EPS: tl.constexpr, FP8_MAX: tl.constexpr,
+                           ROUND: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, TILE: tl.constexpr):
+    """One pass: each program loads BLOCK_R x BLOCK_C of x (batch program_id(2)), takes the amax of
+    each row's BLOCK_C values (TILE False: 1 x BLOCK_C groups) or of the whole tile (TILE True:
+    BLOCK_R x BLOCK_C groups), and writes the fp8 values (q, C-contiguous rows) and the scales
+    amax / FP8_MAX (``s[row, cblock]``, or ``s[rblock, cblock]``)."""
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    batch = tl.program_id(2).to(tl.int64)
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    inside = (rows[:, None] < R) & (cols[None, :] < C)
+    x = tl.load(x_ptr + batch * stride_xb + rows[:, None].to(tl.int64) * stride_xr + cols[None, :] * stride_xc,
+                mask=inside, other=0.0).to(tl.float32)
+    if TILE:
+        amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
+        scale = tl.maximum(amax, EPS) / FP8_MAX
+        q = x / scale
+        tl.store(s_ptr + batch * stride_sb + pid_r * stride_sr + pid_c * stride_sc, scale)
+    else:
+        amax = tl.max(tl.abs(x), axis=1)
+        scale = tl.maximum(amax, EPS) / FP8_MAX
+        q = x / scale[:, None]
+        tl.store(s_ptr + batch * stride_sb + rows * stride_sr + pid_c * stride_sc, scale, mask=rows < R)
+    q = _saturate(q, FP8_MAX, ROUND)
+    tl.store(q_ptr + batch * stride_qb + rows[:, None].to(tl.int64) * stride_qr + cols[None, :],
+             q.to(q_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, R, C, stride_xb, stride_xr, stride_xc, stride_qb, stride_qr,
+                         stride_sb, stride_sr, EPS: tl.constexpr, FP8_MAX: tl.constexpr, ROUND: tl.constexpr,
+                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Rowwise: one scale per row of x. A sweep for the rows' amax, a second (from cache) to cast."""
+    pid_r = tl.program_id(0)
+    batch = tl.program_id(2).to(tl.int64)
+    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    x_rows = x_ptr + batch * stride_xb + rows[:, None].to(tl.int64) * stride_xr
+    amax = tl.zeros((BLOCK_R,), dtype=tl.float32)
+    for c0 in range(0, C, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        x = tl.load(x_rows + cols[None, :] * stride_xc, mask=(rows[:, None] < R) & (cols[None, :] < C), other=0.0)
+        amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
+    scale = tl.maximum(amax, EPS) / FP8_MAX
+    tl.store(s_ptr + batch * stride_sb + rows * stride_sr, scale, mask=rows < R)
+    q_rows = q_ptr + batch * stride_qb + rows[:, None].to(tl.int64) * stride_qr
+    for c0 in range(0, C, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        inside = (rows[:, None] < R) & (cols[None, :] < C)
+        x = tl.load(x_rows + cols[None, :] * stride_xc, mask=inside, other=0.0).to(tl.float32)
+        q = _saturate(x / scale[:, None], FP8_MAX, ROUND)
+        tl.store(q_rows + cols[None, :], q.to(q_ptr.dtype.element_ty), mask=inside)
+
+
+@triton.jit
+def amax_kernel(x_ptr, amax_ptr, R, C, stride_xb, stride_xr, stride_xc, BLOCK_R: tl.constexpr,
+                BLOCK_C: tl.constexpr):
+    """Per tensor, pass 1: the tile's amax into ``amax_ptr[0]`` (atomic max; it starts at 0)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    x = tl.load(x_ptr + tl.program_id(2).to(tl.int64) * stride_xb + rows[:, None].to(tl.int64) * stride_xr
+                + cols[None, :] * stride_xc, mask=(rows[:, None] < R) & (cols[None, :] < C), other=0.0)
+    tl.atomic_max(amax_ptr, tl.max(tl.max(tl.abs(x.to(tl.float32)), axis=1), axis=0))
+
+
+@triton.jit
+def quantize_tensor_kernel(x_ptr, q_ptr, s_ptr, amax_ptr, R, C, stride_xb, stride_xr, stride_xc, stride_qb,
+                           stride_qr, EPS: tl.constexpr, FP8_MAX: tl.constexpr, ROUND: tl.constexpr,
+                           BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Per tensor, pass 2: the cast with the scale from pass 1's amax (written by program 0)."""
+    scale = tl.maximum(tl.load(amax_ptr), EPS) / FP8_MAX
+    first = (tl.program_id(0) == 0) & (tl.program_id(1) == 0) & (tl.program_id(2) == 0)
+    tl.store(s_ptr, scale, mask=first)
+    batch = tl.program_id(2).to(tl.int64)
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    inside = (rows[:, None] < R) & (cols[None, :] < C)
+    x = tl.load(x_ptr + batch * stride_xb + rows[:, None].to(tl.int64) * stride_xr + cols[None, :] * stride_xc,
+                mask=inside, other=0.0).to(tl.float32)
+    q = _saturate(x / scale, FP8_MAX, ROUND)
+    tl.store(q_ptr + batch * stride_qb + rows[:, None].to(tl.int64) * stride_qr + cols[None, :],
+             q.to(q_ptr.dtype.element_ty), mask=inside)
+
+
+_QUANT = {   # (BLOCK_R, BLOCK_C, num_warps) per kind
+    "row_blocks": (32, BLOCK, 4), "tiles": (BLOCK, BLOCK, 8), "rows": (8, 512, 4), "tensor": (32, 256, 4),
+}
+
+
+def quantize(x, q, s, kind: str, fp8_name: str) -> None:
+    """Write q (fp8, x's shape, C-contiguous rows) and its scales s (float32) for x (B, R, C) (any
+    strides): ``kind`` "row_blocks" (1 x 128; s (B, R, ceil(C/128))), "tiles" (128 x 128;
+    s (B, ceil(R/128), ceil(C/128))), "rows" (s (B, R, 1)) or "tensor" (s of one element)."""
+    import torch
+    from ..._backend import emulating
+    B, R, C = x.shape
+    consts = (("EPS", EPS), ("FP8_MAX", FP8_MAX[fp8_name]), ("ROUND", emulating()))
+    br, bc, warps = _QUANT[kind]
+    for b0 in range(0, B, MAX_GRID_YZ):
+        nb = min(B - b0, MAX_GRID_YZ)
+        xs, qs = x[b0:b0 + nb], q[b0:b0 + nb]
+        xargs = (R, C, xs.stride(0), xs.stride(1), xs.stride(2))
+        if kind in ("row_blocks", "tiles"):
+            ss = s[b0:b0 + nb]
+            fk = fast(quantize_groups_kernel, (("num_warps", warps), ("num_stages", 1)),
+                      consts + (("BLOCK_R", br), ("BLOCK_C", bc), ("TILE", kind == "tiles")))
+            fk((cdiv(R, br), cdiv(C, bc), nb), xs, qs, ss, *xargs, qs.stride(0), qs.stride(1),
+               ss.stride(0), ss.stride(1), ss.stride(2))
+        elif kind == "rows":
+            ss = s[b0:b0 + nb]
+            fk = fast(quantize_rows_kernel, (("num_warps", warps), ("num_stages", 1)),
+                      consts + (("BLOCK_R", br), ("BLOCK_C", bc)))
+            fk((cdiv(R, br), 1, nb), xs, qs, ss, *xargs, qs.stride(0), qs.stride(1), ss.stride(0), ss.stride(1))
+    if kind != "tensor":
+        return
+    amax = torch.zeros(1, dtype=torch.float32, device=x.device)
+    grid = lambda nb: (cdiv(R, br), cdiv(C, bc), nb)      # noqa: E731
+    fa = fast(amax_kernel, (("num_warps", warps), ("num_stages", 1)), (("BLOCK_R", br), ("BLOCK_C", bc)))
+    for b0 in range(0, B, MAX_GRID_YZ):
+        xs = x[b0:b0 + MAX_GRID_YZ]
+        fa(grid(xs.shape[0]), xs, amax, R, C, xs.stride(0), xs.stride(1), xs.stride(2))
+    fq = fast(quantize_tensor_kernel, (("num_warps", warps), ("num_stages", 1)),
+              consts + (("BLOCK_R", br), ("BLOCK_C", bc)))
+    for b0 in range(0, B, MAX_GRID_YZ):
+        xs, qs = x[b0:b0 + MAX_GRID_YZ], q[b0:b0 + MAX_GRID_YZ]
+        fq(grid(xs.shape[0]), xs, qs, s, amax, R, C, xs.stride(0), xs.stride(1), xs.stride(2), qs.stride(0),
+           qs.stride(1))
