@@ -276,6 +276,89 @@ def test_registered_as_a_kernel_family():
         tiledmm.matmul(torch.ones(2, 2).to(E4M3), torch.ones(2, 2).to(E4M3))
 
 
+@pytest.mark.skipif(GPU, reason="the GPU tests run the TMA kernel on the copy engine itself")
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
+@pytest.mark.parametrize("fast", [False, True])
+def test_persistent_tma_kernel_in_the_interpreter(recipe, fast, monkeypatch):
+    """The persistent TMA kernel (a GPU's default for large products) on the interpreter's descriptors:
+    ragged M and N, K a multiple of 16 (the descriptors' row alignment) but not of 128."""
+    from tiledmm.kernels.block import fp8_kernels as K
+    monkeypatch.setattr(K, "_hopper", lambda t: True)
+    monkeypatch.setattr(K, "num_sms", lambda index=None: 3)          # 6 tiles on 3 programs: each walks two
+    a8, b8, sa, sb = _operands(37, 336, 45, recipe, seed=25)
+    assert K.tma_takes(a8.unsqueeze(0), b8.unsqueeze(0), torch.empty(1, 37, 45))
+    cfg = dict(K.CONFIGS["tma64x128"], BLOCK_M=32, BLOCK_N=32, num_warps=1, num_stages=1)
+    c = tiledmm.scaled_matmul(a8, b8, sa, sb, out_dtype=FP32, use_fast_accum=fast, config=cfg)
+    assert _relerr(c, _ref64(a8, b8, sa, sb)) <= U[FP32] + ACC
+
+
+_COMPILE = r"""
+import json, os, re, sys
+import tiledmm                                     # decides emulation (sets TRITON_INTERPRET) ...
+os.environ.pop("TRITON_INTERPRET", None)           # ... which must be off for a real compile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from tiledmm.kernels.block import fp8_kernels as K
+
+def build(fn, meta, ptrs, warps, stages, div=()):
+    names = fn.arg_names
+    sig = {n: "constexpr" if n in meta else ptrs.get(n, "i32") for n in names}
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if sig[n].startswith("*") or n in div}
+    src = ASTSource(fn, sig, {(names.index(k),): v for k, v in meta.items()}, attrs)
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+    return {"mma": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\w+\.f32\.(e\dm\d\.e\dm\d)",
+                                         k.asm["ptx"]))),
+            "tma": "cp.async.bulk.tensor" in k.asm["ptx"], "cvt": "satfinite" in k.asm["ptx"],
+            "shared": k.metadata.shared}
+
+mm_ptrs = {"a_ptr": "*fp8e4nv", "b_ptr": "*fp8e5", "c_ptr": "*bf16", "sa_ptr": "*fp32", "sb_ptr": "*fp32",
+           "bias_ptr": "*bf16"}
+out = {}
+for name, blockwise, promote, act in (("tma128x128", True, 128, "gelu"), ("tma128x256", False, 0, "none"),
+                                      ("128x128", False, 128, "silu"), ("swap16x64", True, 128, "none")):
+    conf = dict(K.CONFIGS[name])
+    warps, stages = conf.pop("num_warps"), conf.pop("num_stages")
+    tma = conf.pop("TMA", 0)
+    conf.pop("PROMOTE_K", None)
+    meta = dict(conf, BLOCKWISE=blockwise, PROMOTE=promote, STEPS=1, HAS_BIAS=True, ACT=act)
+    if tma:
+        meta.update(NUM_SMS=132, WS=False, stride_cn=1)
+        out[name] = build(K.scaled_mm_tma_kernel, meta, mm_ptrs, warps, stages, ("stride_am", "stride_bn", "stride_cm"))
+    else:
+        meta.update(EVEN_K=True, stride_ak=1, stride_bk=1, stride_cn=1)
+        out[name] = build(K.scaled_mm_kernel, meta, mm_ptrs, warps, stages,
+                          ("N", "K", "stride_am", "stride_bn", "stride_cm", "stride_ab", "stride_bb", "stride_cb"))
+q_ptrs = {"x_ptr": "*bf16", "q_ptr": "*fp8e4nv", "s_ptr": "*fp32", "amax_ptr": "*fp32"}
+fmt = dict(EPS=K.EPS, FP8_MAX=448.0, ROUND=False, MANT=3, MIN_EXP=-6, stride_xc=1)
+out["row_blocks"] = build(K.quantize_groups_kernel, dict(fmt, BLOCK_R=32, BLOCK_C=128, TILE_R=1), q_ptrs, 4, 1)
+out["tiles"] = build(K.quantize_groups_kernel, dict(fmt, BLOCK_R=32, BLOCK_C=128, TILE_R=128), q_ptrs, 4, 1)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.compiles
+def test_kernels_compile_for_sm90_to_fp8_wgmma():
+    """The product's TMA and pointer kernels (e4m3 x e5m2, blockwise, promoted, fused epilogue) and the
+    quantisation kernels compile for sm_90a with this Triton's CUDA backend: fp8 wgmma, TMA loads, the
+    saturating conversion, shared memory within the H100's 227 KiB."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, TILEDMM_QUIET="1")
+    r = subprocess.run([sys.executable, "-c", _COMPILE], capture_output=True, text=True, env=env, timeout=900)
+    if r.returncode and ("ptxas" in r.stderr.lower() or "no module named 'triton.backends" in r.stderr.lower()):
+        pytest.skip(f"no CUDA backend here: {r.stderr.strip().splitlines()[-1]}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    for name in ("tma128x128", "tma128x256", "128x128", "swap16x64"):
+        assert got[name]["mma"] == ["e4m3.e5m2"] or (name == "swap16x64" and got[name]["mma"] == ["e5m2.e4m3"]), got
+        assert 2 * 16384 <= got[name]["shared"] <= 232448 - 1024 or name == "swap16x64"     # pipelined
+    assert got["tma128x128"]["tma"] and got["tma128x256"]["tma"] and not got["128x128"]["tma"]
+    assert got["row_blocks"]["cvt"] and got["tiles"]["cvt"]
+
+
 # -- operators, compile --------------------------------------------------------------------------------
 
 # opcheck's schema test compares float8 inputs with torch.allclose, which float8 does not have on the

@@ -21,5 +21,6 @@ def __getattr__(name: str):
     if name == "enable":
         return importlib.import_module(".ops", __name__).enable
     if name in ("scaled_matmul", "quantize_fp8", "dequantize_fp8"):      # FP8: torch on first use
-        return getattr(importlib.import_module(".fp8", __name__), name)
+        value = globals()[name] = getattr(importlib.import_module(".fp8", __name__), name)
+        return value
     raise AttributeError(f"module 'tiledmm' has no attribute {name!r}")

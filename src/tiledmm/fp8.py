@@ -222,7 +222,7 @@ def scaled_matmul(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None
             raise TiledmmError("under torch.compile scaled_matmul takes no out= or config=")
         from .ops import _fp8
         return _fp8.scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, act, bool(use_fast_accum))
-    p = plan(a, b, scale_a, scale_b, bias, out_dtype, act)
+    p = _planned(a, b, scale_a, scale_b, bias, out_dtype, act)
     if out is not None:
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != p["res"] or out.dtype != out_dtype \
                 or out.device != a.device:
@@ -232,6 +232,27 @@ def scaled_matmul(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None
     if check_scales:
         check_scale_values(scale_a, scale_b)
     return _run(a, b, scale_a, scale_b, bias, out_dtype, act, bool(use_fast_accum), out, p, config)
+
+
+_plans: dict = {}
+_MAX_PLANS = 4096
+
+
+def _planned(a, b, scale_a, scale_b, bias, out_dtype, act):
+    """``plan``'s result, remembered per signature (what it checks: shapes, dtypes, devices): a
+    repeat call costs one tuple and a dict lookup here."""
+    try:
+        key = (a.shape, a.dtype, a.device, b.shape, b.dtype, b.device, scale_a.shape, scale_a.dtype,
+               scale_a.device, scale_b.shape, scale_b.dtype, scale_b.device,
+               None if bias is None else (bias.shape, bias.dtype, bias.device), out_dtype, act)
+        p = _plans.get(key)
+    except (AttributeError, TypeError):            # not tensors: plan says what is wrong
+        return plan(a, b, scale_a, scale_b, bias, out_dtype, act)
+    if p is None:
+        p = plan(a, b, scale_a, scale_b, bias, out_dtype, act)
+        if len(_plans) < _MAX_PLANS:
+            _plans[key] = p
+    return p
 
 
 def _direct(*tensors) -> bool:
@@ -246,10 +267,6 @@ def _direct(*tensors) -> bool:
     except RuntimeError:
         return False
     return True
-
-
-def _device():
-    return torch.device("cpu") if _backend.emulating() else None
 
 
 def _run(a, b, scale_a, scale_b, bias, out_dtype, act: str, fast_accum: bool, out, p: dict, config=None):
@@ -294,8 +311,8 @@ def _run(a, b, scale_a, scale_b, bias, out_dtype, act: str, fast_accum: bool, ou
     sa3 = _scale3(scale_a, B, M, p["kcols"])
     sb3 = _scale3(scale_b, B, p["brows"], p["bcols"])
     c3 = c if c.dim() == 3 else c.unsqueeze(0)
-    direct = c3.shape[0] == B and not any(overlaps(c3, t) for t in (a3, b3, scale_a, scale_b)
-                                          if t is not None) and not (bias is not None and overlaps(c3, bias))
+    direct = out is None or (c3.shape[0] == B and not any(overlaps(c3, t) for t in (a3, b3, scale_a, scale_b))
+                             and not (bias is not None and overlaps(c3, bias)))
     target = c3 if direct else torch.empty((B, M, N), dtype=out_dtype, device=home)
     spec.launch(a3, b3, target, tile=None,
                 opts={"scale_a": sa3, "scale_b": sb3, "bias": bias, "act": act, "fast_accum": fast_accum,

@@ -28,9 +28,10 @@ Loads stay inside the matrices without masks on M and N (rows and columns wrap m
 the store is masked), with a mask on K only where K is not a multiple of the K step.
 
 Quantisation (``quantize_*``): the amax of each group, the scale amax / fp8_max (the value that
-multiplies the fp8 number back, torch's convention) and the saturating cast, one pass over x
-per group shape -- 1 x 128 row blocks, 128 x 128 tiles, whole rows (two sweeps of one row, the
-second from cache) -- and, per tensor, an amax pass (atomic max) and a cast pass.
+multiplies the fp8 number back, torch's convention) and the saturating cast in one kernel per
+group shape -- 1 x 128 row blocks (one pass), 128 x 128 tiles and whole rows (two sweeps of a
+program's own data, the second from cache) -- and, per tensor, an amax kernel (atomic max) and a
+cast kernel (the one reduction needs the whole tensor before the first value is cast).
 """
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ from .kernels import _activation, _tile_id  # noqa: E402
 BLOCK = 128                 # the blockwise recipe's block edge
 EPS = 1e-12                 # amax floor: an all-zero group gets a tiny positive scale (torchao's)
 FP8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}
+# fraction bits and smallest normal exponent (the grid's spacing below it: 2^(MIN_EXP - MANT))
+FORMAT = {"float8_e4m3fn": (("MANT", 3), ("MIN_EXP", -6)), "float8_e5m2": (("MANT", 2), ("MIN_EXP", -14))}
 MAX_GRID_YZ = 65535
 
 
@@ -77,14 +80,14 @@ def scaled_mm_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                      stride_cb, stride_cm, stride_cn,
                      stride_sab, stride_sam, stride_sak, stride_sbb, stride_sbk, stride_sbn, stride_bias,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                     BLOCKWISE: tl.constexpr, PROMOTE: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
-                     HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+                     BLOCKWISE: tl.constexpr, PROMOTE: tl.constexpr, STEPS: tl.constexpr, SWAP: tl.constexpr,
+                     EVEN_K: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
     """C[b] = act((A[b] * sa) @ (B[b] * sb) + bias) for batch b = program_id(1).
 
     Scales: ``sa_ptr[row * stride_sam + kblock * stride_sak]`` and ``sb_ptr[kblock * stride_sbk +
     col' * stride_sbn]`` where col' is the column (outer scaling) or its 128-block (BLOCKWISE);
-    strides 0 broadcast one value (per tensor). PROMOTE: K elements per promotion (a multiple of
-    BLOCK_K; 128 when BLOCKWISE), 0 for fast accumulation. Bias: one value per column of C."""
+    strides 0 broadcast one value (per tensor). PROMOTE: K elements per promotion (STEPS * BLOCK_K;
+    128 when BLOCKWISE), 0 for fast accumulation. Bias: one value per column of C."""
     pid_m, pid_n = _tile_id(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
     batch = tl.program_id(1).to(tl.int64)
     a_ptr += batch * stride_ab
@@ -116,7 +119,6 @@ def scaled_mm_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, bias_ptr, M, N, K,
             a_tile += BLOCK_K * stride_ak
             b_tile += BLOCK_K * stride_bk
     else:
-        STEPS: tl.constexpr = PROMOTE // BLOCK_K
         for kp in range(0, tl.cdiv(K, PROMOTE)):
             if SWAP:
                 part = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -146,10 +148,65 @@ def scaled_mm_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, bias_ptr, M, N, K,
     tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
+@triton.jit(do_not_specialize=["M", "N", "K"])       # descriptors do the bounds: sizes only count tiles
+def scaled_mm_tma_kernel(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, bias_ptr, M, N, K, stride_am, stride_bn,
+                         stride_cm, stride_cn, stride_sam, stride_sak, stride_sbk, stride_sbn, stride_bias,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                         BLOCKWISE: tl.constexpr, PROMOTE: tl.constexpr, STEPS: tl.constexpr,
+                         HAS_BIAS: tl.constexpr, ACT: tl.constexpr, NUM_SMS: tl.constexpr, WS: tl.constexpr):
+    """``scaled_mm_kernel``'s product (2-D) on Hopper's copy engine: one program per SM walks the tiles
+    in the grouped order (persistent); A (M x K, K contiguous) and B as the N x K matrix B^T (K
+    contiguous: B K-major) arrive through device-side TMA descriptors -- zero-filled outside the
+    matrices, no pointer tensors in registers -- and wgmma reads them K-major from shared memory
+    (``b.T``: a transposed view, no data moved). WS: ``warp_specialize`` on the tile loop."""
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, BLOCK_K])
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile in tl.range(tl.program_id(0), num_tiles, NUM_SMS, warp_specialize=WS):
+        pid_m, pid_n = _tile_id(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        rows = off_m + tl.arange(0, BLOCK_M)
+        cols = off_n + tl.arange(0, BLOCK_N)
+        rows_in = rows % M
+        cols_in = cols % N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if PROMOTE == 0:
+            for kb in range(0, tl.cdiv(K, BLOCK_K)):
+                acc = tl.dot(a_desc.load([off_m, kb * BLOCK_K]), b_desc.load([off_n, kb * BLOCK_K]).T, acc)
+        else:
+            for kp in range(0, tl.cdiv(K, PROMOTE)):
+                part = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+                for s in tl.static_range(STEPS):
+                    k = kp * PROMOTE + s * BLOCK_K
+                    part = tl.dot(a_desc.load([off_m, k]), b_desc.load([off_n, k]).T, part)
+                if BLOCKWISE:
+                    sa = tl.load(sa_ptr + rows_in * stride_sam + kp * stride_sak)
+                    sb = tl.load(sb_ptr + kp * stride_sbk + (cols_in // 128) * stride_sbn)
+                    acc += part * sa[:, None] * sb[None, :]
+                else:
+                    acc += part
+        if not BLOCKWISE:
+            sa = tl.load(sa_ptr + rows_in * stride_sam)
+            acc = acc * sa[:, None] * tl.load(sb_ptr + cols_in * stride_sbn)[None, :]
+        if HAS_BIAS:
+            acc += tl.load(bias_ptr + cols_in * stride_bias).to(tl.float32)[None, :]
+        acc = _activation(acc, ACT)
+        c_tile = c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :] * stride_cn
+        tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
 # Configs by name (the bench prints each one's time per shape; ``choose`` picks among them).
 # BLOCK_K 128: one fp8 row of a tile is 128 bytes (the widest swizzle); a promoted config's tile
 # holds two fp32 accumulators in registers, so 128 x 256 is for fast accumulation only.
 CONFIGS: dict[str, dict] = {
+    # persistent, TMA descriptors (2-D, A K-contiguous, B K-major, 16-byte aligned rows: else the
+    # pointer kernel with the same tile); PROMOTE_K 256: half the promotions (per tensor, rowwise)
+    "tma128x256": cfg(128, 256, 128, 8, 3, GROUP_M=8, TMA=1),
+    "tma128x128": cfg(128, 128, 128, 8, 4, GROUP_M=8, TMA=1),
+    "tma128x128p256": cfg(128, 128, 128, 8, 4, GROUP_M=8, TMA=1, PROMOTE_K=256),
+    "tma64x128": cfg(64, 128, 128, 4, 4, GROUP_M=8, TMA=1),
+    # one program per tile, pointer loads
     "128x256": cfg(128, 256, 128, 8, 3, GROUP_M=8, SWAP=0),
     "128x128": cfg(128, 128, 128, 8, 4, GROUP_M=8, SWAP=0),
     "128x128w4": cfg(128, 128, 128, 4, 4, GROUP_M=8, SWAP=0),
@@ -160,7 +217,7 @@ CONFIGS: dict[str, dict] = {
     "swap16x64": cfg(16, 64, 128, 4, 6, GROUP_M=1, SWAP=1),
     "swap16x128": cfg(16, 128, 128, 4, 5, GROUP_M=1, SWAP=1),
 }
-FAST_ONLY = frozenset({"128x256", "128x128w4"})     # two accumulators of these tiles spill registers
+FAST_ONLY = frozenset({"tma128x256", "128x256", "128x128w4"})   # two accumulators of these tiles spill registers
 EMULATION_CONFIG = cfg(32, 32, 128, 1, 1, GROUP_M=2, SWAP=0)   # the interpreter: few programs
 
 
@@ -177,10 +234,10 @@ def choose(M: int, N: int, K: int, batch: int, promoted: bool, sms: int) -> str:
     if M <= 64:
         return "64x128" if tiles(64, 128) >= sms // 2 else "64x64"
     if not promoted and tiles(128, 256) >= sms:
-        return "128x256"
+        return "tma128x256"
     if tiles(128, 128) >= 0.75 * sms:
-        return "128x128"
-    return "64x128" if tiles(64, 128) >= 0.5 * sms else "64x64"
+        return "tma128x128"
+    return "tma64x128" if tiles(64, 128) >= 0.5 * sms else "64x64"
 
 
 def config_for(name_or_cfg, M, N, K, batch, promote: int, blockwise: bool, index) -> dict:
@@ -201,7 +258,7 @@ def config_for(name_or_cfg, M, N, K, batch, promote: int, blockwise: bool, index
                                "per tensor or rowwise): two accumulators of its tile do not fit the registers")
         c = dict(CONFIGS[name_or_cfg])
     elif isinstance(name_or_cfg, dict):
-        c = {"GROUP_M": 8, "SWAP": 0, "num_warps": 4, "num_stages": 3, **name_or_cfg}
+        c = {"GROUP_M": 8, "num_warps": 4, "num_stages": 3, **name_or_cfg}
         if not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(c):
             raise TiledmmError(f"an fp8 config dict needs BLOCK_M, BLOCK_N and BLOCK_K; got {name_or_cfg}")
     else:
@@ -216,14 +273,30 @@ def config_for(name_or_cfg, M, N, K, batch, promote: int, blockwise: bool, index
 
 
 def promotion(config: dict, fast_accum: bool, blockwise: bool) -> int:
-    """K elements per promotion: the 128-wide scaling block (blockwise), else 128 rounded up to a
-    multiple of BLOCK_K, or 0 for fast accumulation."""
+    """K elements per promotion: the 128-wide scaling block (blockwise), else the config's
+    ``PROMOTE_K`` (default 128) rounded to a multiple of BLOCK_K, or 0 for fast accumulation."""
     if blockwise:
         return BLOCK
     if fast_accum:
         return 0
     bk = config["BLOCK_K"]
-    return max(bk, (BLOCK // bk) * bk)
+    return max(bk, (config.get("PROMOTE_K", BLOCK) // bk) * bk)
+
+
+def _hopper(t) -> bool:
+    from ._vcommon import hopper
+    return hopper(t)
+
+
+def tma_takes(a, b, c) -> bool:
+    """The persistent TMA kernel's operands: a GPU with the copy engine, one matrix each (no batch),
+    A K-contiguous and B K-major with 16-byte aligned bases and row strides."""
+    if a.shape[0] != 1 or b.shape[0] != 1 or c.shape[0] != 1 or not _hopper(c):
+        return False
+    if a.stride(2) != 1 or b.stride(1) != 1:
+        return False
+    return (a.data_ptr() % 16 == 0 and b.data_ptr() % 16 == 0 and a.stride(1) % 16 == 0
+            and b.stride(2) % 16 == 0)
 
 
 def launch(a, b, c, sa, sb, bias, *, blockwise: bool, fast_accum: bool, act: str, config=None) -> dict:
@@ -232,19 +305,32 @@ def launch(a, b, c, sa, sb, bias, *, blockwise: bool, fast_accum: bool, act: str
     a (B, M, K), b (B, K, N), c (B, M, N): 3-D views (batch stride 0 broadcasts); sa (B, M, kcols),
     sb (B, krows, ncols): views whose strides index the scales (0 where one value serves many) --
     kcols = krows = 1 for outer scaling, ceil(K/128) when blockwise, ncols = N or ceil(N/128).
-    bias: 1-D of N values (any float dtype) or None. Returns the config it ran."""
+    bias: 1-D of N values (any float dtype) or None. Returns the config it ran (with ``TMA`` 0
+    where a TMA config fell back to the pointer kernel)."""
     B, M, N = c.shape
     K = a.shape[2]
     from ._vcommon import index_of
-    conf = config_for(config, M, N, K, B, 0 if fast_accum and not blockwise else 1, blockwise, index_of(c))
+    index = index_of(c)
+    conf = config_for(config, M, N, K, B, 0 if fast_accum and not blockwise else 1, blockwise, index)
     promote = promotion(conf, fast_accum, blockwise)
-    step = promote or conf["BLOCK_K"]
-    flags = (("BLOCKWISE", bool(blockwise)), ("PROMOTE", promote), ("EVEN_K", K % step == 0),
-             ("HAS_BIAS", bias is not None), ("ACT", act))
-    fk = fast(scaled_mm_kernel, tuple(conf.items()), flags)
-    bm, bn = conf["BLOCK_M"], conf["BLOCK_N"]
-    tiles = cdiv(M, bm) * cdiv(N, bn)
+    steps = max(1, promote // conf["BLOCK_K"])
+    meta = {k: v for k, v in conf.items() if k not in ("TMA", "WS", "PROMOTE_K")}
     bias_arg, bias_stride = (bias, bias.stride(0)) if bias is not None else (c, 0)
+    if conf.get("TMA") and tma_takes(a, b, c):
+        sms = num_sms(index)
+        flags = (("BLOCKWISE", bool(blockwise)), ("PROMOTE", promote), ("STEPS", steps),
+                 ("HAS_BIAS", bias is not None), ("ACT", act), ("NUM_SMS", sms), ("WS", bool(conf.get("WS"))))
+        fk = fast(scaled_mm_tma_kernel, tuple(meta.items()), flags)
+        tiles = cdiv(M, conf["BLOCK_M"]) * cdiv(N, conf["BLOCK_N"])
+        fk((min(sms, tiles),), a[0], b[0], c[0], sa[0], sb[0], bias_arg, M, N, K, a.stride(1), b.stride(2),
+           c.stride(1), c.stride(2), sa.stride(1), sa.stride(2), sb.stride(1), sb.stride(2), bias_stride)
+        return conf
+    meta.setdefault("SWAP", 0)
+    step = promote or conf["BLOCK_K"]
+    flags = (("BLOCKWISE", bool(blockwise)), ("PROMOTE", promote), ("STEPS", steps), ("EVEN_K", K % step == 0),
+             ("HAS_BIAS", bias is not None), ("ACT", act))
+    fk = fast(scaled_mm_kernel, tuple(meta.items()), flags)
+    tiles = cdiv(M, conf["BLOCK_M"]) * cdiv(N, conf["BLOCK_N"])
     for b0 in range(0, B, MAX_GRID_YZ):
         nb = min(B - b0, MAX_GRID_YZ)
         part = [t[b0:b0 + nb] if t.shape[0] > 1 else t for t in (a, b, c, sa, sb)]
@@ -252,7 +338,7 @@ def launch(a, b, c, sa, sb, bias, *, blockwise: bool, fast_accum: bool, act: str
            M, N, K, _bstride(a), a.stride(1), a.stride(2), _bstride(b), b.stride(1), b.stride(2),
            c.stride(0), c.stride(1), c.stride(2), _bstride(sa), sa.stride(1), sa.stride(2),
            _bstride(sb), sb.stride(1), sb.stride(2), bias_stride)
-    return conf
+    return dict(conf, TMA=0) if conf.get("TMA") else conf
 
 
 def _bstride(t) -> int:
@@ -262,7 +348,7 @@ def _bstride(t) -> int:
 # -- quantisation -----------------------------------------------------------------------------------
 
 @triton.jit
-def _saturate(x, FP8_MAX: tl.constexpr, ROUND: tl.constexpr):
+def _saturate(x, FP8_MAX: tl.constexpr, ROUND: tl.constexpr, MANT: tl.constexpr, MIN_EXP: tl.constexpr):
     """x clamped to the format's finite range (NaN stays NaN: the cast then gives the format's NaN);
     with ROUND (emulation) also rounded to the format's grid, to nearest even, in fp32 arithmetic:
     the interpreter's fp32 -> fp8 conversion does not carry a rounding into the exponent (7.77
@@ -270,10 +356,7 @@ def _saturate(x, FP8_MAX: tl.constexpr, ROUND: tl.constexpr):
     conversion rounds to nearest even itself (cvt.rn.satfinite)."""
     x = tl.minimum(tl.maximum(x, -FP8_MAX, propagate_nan=tl.PropagateNan.ALL), FP8_MAX,
                    propagate_nan=tl.PropagateNan.ALL)
-    if ROUND:
-        # fraction bits and smallest normal exponent: e4m3 (max 448) 3 and -6, e5m2 2 and -14
-        MANT: tl.constexpr = 3 if FP8_MAX == 448.0 else 2
-        MIN_EXP: tl.constexpr = -6 if FP8_MAX == 448.0 else -14
+    if ROUND:       # MANT, MIN_EXP: the format's fraction bits and smallest normal exponent
         e = tl.maximum(((x.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, MIN_EXP)
         # 1.5 * 2^(e - MANT + 23): adding it rounds x to a multiple of 2^(e - MANT), the grid's spacing
         magic = (((e - MANT + 150) << 23) | 0x400000).to(tl.float32, bitcast=True)
@@ -284,37 +367,53 @@ def _saturate(x, FP8_MAX: tl.constexpr, ROUND: tl.constexpr):
 @triton.jit
 def quantize_groups_kernel(x_ptr, q_ptr, s_ptr, R, C, stride_xb, stride_xr, stride_xc, stride_qb, stride_qr,
                            stride_sb, stride_sr, stride_sc, EPS: tl.constexpr, FP8_MAX: tl.constexpr,
-                           ROUND: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, TILE: tl.constexpr):
-    """One pass: each program loads BLOCK_R x BLOCK_C of x (batch program_id(2)), takes the amax of
-    each row's BLOCK_C values (TILE False: 1 x BLOCK_C groups) or of the whole tile (TILE True:
-    BLOCK_R x BLOCK_C groups), and writes the fp8 values (q, C-contiguous rows) and the scales
-    amax / FP8_MAX (``s[row, cblock]``, or ``s[rblock, cblock]``)."""
+                           ROUND: tl.constexpr, MANT: tl.constexpr, MIN_EXP: tl.constexpr,
+                           BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, TILE_R: tl.constexpr):
+    """Groups of TILE_R x BLOCK_C values of x (batch program_id(2)), each with its scale amax / FP8_MAX:
+    TILE_R = 1 (1 x 128 blocks): a program loads BLOCK_R rows x BLOCK_C, takes each row's amax, writes
+    the fp8 values (q, C-contiguous rows) and ``s[row, cblock]`` -- one pass; TILE_R = 128 (128 x 128
+    blocks): a program walks its tile in BLOCK_R-row slices twice, for the amax and (from cache) for
+    the cast, and writes ``s[rblock, cblock]``."""
     pid_r = tl.program_id(0)
     pid_c = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
-    rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
     cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
-    inside = (rows[:, None] < R) & (cols[None, :] < C)
-    x = tl.load(x_ptr + batch * stride_xb + rows[:, None].to(tl.int64) * stride_xr + cols[None, :] * stride_xc,
-                mask=inside, other=0.0).to(tl.float32)
-    if TILE:
-        amax = tl.max(tl.max(tl.abs(x), axis=1), axis=0)
-        scale = tl.maximum(amax, EPS) / FP8_MAX
-        q = x / scale
-        tl.store(s_ptr + batch * stride_sb + pid_r * stride_sr + pid_c * stride_sc, scale)
+    x_ptr += batch * stride_xb
+    q_ptr += batch * stride_qb
+    s_ptr += batch * stride_sb
+    if TILE_R == 1:
+        rows = pid_r * BLOCK_R + tl.arange(0, BLOCK_R)
+        inside = (rows[:, None] < R) & (cols[None, :] < C)
+        x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xr + cols[None, :] * stride_xc, mask=inside,
+                    other=0.0).to(tl.float32)
+        scale = tl.maximum(tl.max(tl.abs(x), axis=1), EPS) / FP8_MAX
+        tl.store(s_ptr + rows * stride_sr + pid_c * stride_sc, scale, mask=rows < R)
+        q = _saturate(x / scale[:, None], FP8_MAX, ROUND, MANT, MIN_EXP)
+        tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qr + cols[None, :], q.to(q_ptr.dtype.element_ty),
+                 mask=inside)
     else:
-        amax = tl.max(tl.abs(x), axis=1)
-        scale = tl.maximum(amax, EPS) / FP8_MAX
-        q = x / scale[:, None]
-        tl.store(s_ptr + batch * stride_sb + rows * stride_sr + pid_c * stride_sc, scale, mask=rows < R)
-    q = _saturate(q, FP8_MAX, ROUND)
-    tl.store(q_ptr + batch * stride_qb + rows[:, None].to(tl.int64) * stride_qr + cols[None, :],
-             q.to(q_ptr.dtype.element_ty), mask=inside)
+        amax = tl.zeros((BLOCK_R,), dtype=tl.float32)
+        for r0 in range(0, TILE_R, BLOCK_R):
+            rows = pid_r * TILE_R + r0 + tl.arange(0, BLOCK_R)
+            x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xr + cols[None, :] * stride_xc,
+                        mask=(rows[:, None] < R) & (cols[None, :] < C), other=0.0)
+            amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
+        scale = tl.maximum(tl.max(amax, axis=0), EPS) / FP8_MAX
+        tl.store(s_ptr + pid_r * stride_sr + pid_c * stride_sc, scale)
+        for r0 in range(0, TILE_R, BLOCK_R):
+            rows = pid_r * TILE_R + r0 + tl.arange(0, BLOCK_R)
+            inside = (rows[:, None] < R) & (cols[None, :] < C)
+            x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xr + cols[None, :] * stride_xc, mask=inside,
+                        other=0.0).to(tl.float32)
+            q = _saturate(x / scale, FP8_MAX, ROUND, MANT, MIN_EXP)
+            tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qr + cols[None, :], q.to(q_ptr.dtype.element_ty),
+                     mask=inside)
 
 
 @triton.jit
 def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, R, C, stride_xb, stride_xr, stride_xc, stride_qb, stride_qr,
                          stride_sb, stride_sr, EPS: tl.constexpr, FP8_MAX: tl.constexpr, ROUND: tl.constexpr,
+                         MANT: tl.constexpr, MIN_EXP: tl.constexpr,
                          BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Rowwise: one scale per row of x. A sweep for the rows' amax, a second (from cache) to cast."""
     pid_r = tl.program_id(0)
@@ -333,7 +432,7 @@ def quantize_rows_kernel(x_ptr, q_ptr, s_ptr, R, C, stride_xb, stride_xr, stride
         cols = c0 + tl.arange(0, BLOCK_C)
         inside = (rows[:, None] < R) & (cols[None, :] < C)
         x = tl.load(x_rows + cols[None, :] * stride_xc, mask=inside, other=0.0).to(tl.float32)
-        q = _saturate(x / scale[:, None], FP8_MAX, ROUND)
+        q = _saturate(x / scale[:, None], FP8_MAX, ROUND, MANT, MIN_EXP)
         tl.store(q_rows + cols[None, :], q.to(q_ptr.dtype.element_ty), mask=inside)
 
 
@@ -351,6 +450,7 @@ def amax_kernel(x_ptr, amax_ptr, R, C, stride_xb, stride_xr, stride_xc, BLOCK_R:
 @triton.jit
 def quantize_tensor_kernel(x_ptr, q_ptr, s_ptr, amax_ptr, R, C, stride_xb, stride_xr, stride_xc, stride_qb,
                            stride_qr, EPS: tl.constexpr, FP8_MAX: tl.constexpr, ROUND: tl.constexpr,
+                           MANT: tl.constexpr, MIN_EXP: tl.constexpr,
                            BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Per tensor, pass 2: the cast with the scale from pass 1's amax (written by program 0)."""
     scale = tl.maximum(tl.load(amax_ptr), EPS) / FP8_MAX
@@ -362,13 +462,13 @@ def quantize_tensor_kernel(x_ptr, q_ptr, s_ptr, amax_ptr, R, C, stride_xb, strid
     inside = (rows[:, None] < R) & (cols[None, :] < C)
     x = tl.load(x_ptr + batch * stride_xb + rows[:, None].to(tl.int64) * stride_xr + cols[None, :] * stride_xc,
                 mask=inside, other=0.0).to(tl.float32)
-    q = _saturate(x / scale, FP8_MAX, ROUND)
+    q = _saturate(x / scale, FP8_MAX, ROUND, MANT, MIN_EXP)
     tl.store(q_ptr + batch * stride_qb + rows[:, None].to(tl.int64) * stride_qr + cols[None, :],
              q.to(q_ptr.dtype.element_ty), mask=inside)
 
 
-_QUANT = {   # (BLOCK_R, BLOCK_C, num_warps) per kind
-    "row_blocks": (32, BLOCK, 4), "tiles": (BLOCK, BLOCK, 8), "rows": (8, 512, 4), "tensor": (32, 256, 4),
+_QUANT = {   # (BLOCK_R, BLOCK_C, num_warps) per kind; "tiles" walks 128-row tiles in BLOCK_R-row slices
+    "row_blocks": (32, BLOCK, 4), "tiles": (32, BLOCK, 4), "rows": (8, 512, 4), "tensor": (32, 256, 4),
 }
 
 
@@ -379,7 +479,7 @@ def quantize(x, q, s, kind: str, fp8_name: str) -> None:
     import torch
     from ..._backend import emulating
     B, R, C = x.shape
-    consts = (("EPS", EPS), ("FP8_MAX", FP8_MAX[fp8_name]), ("ROUND", emulating()))
+    consts = (("EPS", EPS), ("FP8_MAX", FP8_MAX[fp8_name]), ("ROUND", emulating())) + FORMAT[fp8_name]
     br, bc, warps = _QUANT[kind]
     for b0 in range(0, B, MAX_GRID_YZ):
         nb = min(B - b0, MAX_GRID_YZ)
@@ -387,9 +487,10 @@ def quantize(x, q, s, kind: str, fp8_name: str) -> None:
         xargs = (R, C, xs.stride(0), xs.stride(1), xs.stride(2))
         if kind in ("row_blocks", "tiles"):
             ss = s[b0:b0 + nb]
+            tile_r = BLOCK if kind == "tiles" else 1
             fk = fast(quantize_groups_kernel, (("num_warps", warps), ("num_stages", 1)),
-                      consts + (("BLOCK_R", br), ("BLOCK_C", bc), ("TILE", kind == "tiles")))
-            fk((cdiv(R, br), cdiv(C, bc), nb), xs, qs, ss, *xargs, qs.stride(0), qs.stride(1),
+                      consts + (("BLOCK_R", br), ("BLOCK_C", bc), ("TILE_R", tile_r)))
+            fk((cdiv(R, BLOCK if kind == "tiles" else br), cdiv(C, bc), nb), xs, qs, ss, *xargs, qs.stride(0), qs.stride(1),
                ss.stride(0), ss.stride(1), ss.stride(2))
         elif kind == "rows":
             ss = s[b0:b0 + nb]
