@@ -490,9 +490,17 @@ def test_compile_fullgraph_linear_forward_and_backward(backend):
 
 # -- on a Hopper GPU ---------------------------------------------------------------------------------
 
+CONFIG_NAMES = ["tma128x256", "tma128x128", "tma128x128p256", "tma64x128", "128x256", "128x128", "128x128w4",
+                "128x128k64", "64x128", "64x64", "swap32x64", "swap16x64", "swap16x128"]
+
+
+def test_the_gpu_tests_cover_every_config():
+    from tiledmm.kernels.block import fp8_kernels as K
+    assert CONFIG_NAMES == list(K.CONFIGS)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("config", ["128x256", "128x128", "128x128w4", "128x128k64", "64x128", "64x64", "swap32x64",
-                                    "swap16x64", "swap16x128"])
+@pytest.mark.parametrize("config", CONFIG_NAMES)
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
 def test_gpu_every_config_against_float64(config, recipe):
     from tiledmm.kernels.block import fp8_kernels as K
