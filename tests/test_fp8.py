@@ -555,3 +555,20 @@ def test_gpu_host_tensors_and_cuda_graph_capture():
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, want)
+
+
+@pytest.mark.gpu
+def test_gpu_repeat_calls_take_the_bound_launch():
+    """A call's signature (shapes, strides, dtypes, alignments, options) is bound after its first call:
+    later calls with new tensors launch the compiled kernel directly -- and compute their own result."""
+    from tiledmm import fp8 as F8
+    cases = ((16, 256, 512, "rowwise", None, None), (300, 512, 1024, "blockwise", None, "gelu"),
+             (256, 384, 256, "tensorwise", BF16, "relu"), (2048, 1024, 512, "rowwise", FP32, None))
+    for M, N, K_, recipe, bias_dtype, act in cases:
+        sets = [_operands(M, K_, N, recipe, seed=s) for s in (30, 31, 32)]
+        bias = None if bias_dtype is None else _randn(N, seed=33).to(bias_dtype)
+        n0 = len(F8._bound)
+        for i, s in enumerate(sets):
+            got = tiledmm.scaled_matmul(*s, bias=bias, activation=act, check_scales=False)
+            assert len(F8._bound) == n0 + 1, (M, N, K_, recipe, i)       # bound by the first call, then used
+            assert _relerr(got, _ref64(*s, bias, act or "none")) <= U[BF16] + ACC, (M, N, K_, recipe, i)

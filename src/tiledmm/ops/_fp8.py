@@ -49,8 +49,8 @@ def _block(recipe: str, block_rows: int) -> tuple:
 
 
 def _scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, act, fast_accum):
-    p = F8.plan(a, b, scale_a, scale_b, bias, out_dtype, act)
-    return F8._run(a, b, scale_a, scale_b, bias, out_dtype, act, fast_accum, None, p)
+    return F8.call(a, b, scale_a, scale_b, bias, out_dtype, F8.check_activation(act), bool(fast_accum),
+                   check_scales=False)
 
 
 def _quantize_fp8(x, recipe, block_rows, dtype):

@@ -18,7 +18,7 @@ from ... import registry
 from ...registry import KernelSpec, register
 
 FP8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
-OPTIONS = ("scale_a", "scale_b", "bias", "act", "fast_accum", "blockwise", "config")
+OPTIONS = ("scale_a", "scale_b", "bias", "act", "fast_accum", "blockwise", "config", "record")
 
 
 def _kernels():
@@ -45,11 +45,18 @@ def _quiet(fn, *args, **kw):
 
 
 def _launch(a, b, c, *, tile=None, opts: dict) -> dict:
-    """The spec's launch (``tile`` is not taken); returns the config it ran."""
+    """The spec's launch (``tile`` is not taken); returns the config it ran. ``opts["record"]``: a
+    list for ``bind`` (see fp8_kernels.launch)."""
     K = _kernels()
     return _quiet(K.launch, a, b, c, opts["scale_a"], opts["scale_b"], opts.get("bias"),
                   blockwise=bool(opts.get("blockwise")), fast_accum=bool(opts.get("fast_accum")),
-                  act=opts.get("act", "none"), config=opts.get("config"))
+                  act=opts.get("act", "none"), config=opts.get("config"), record=opts.get("record"))
+
+
+def bind(record: list):
+    """A bound repeat launch of a recorded one (``fp8_kernels.bind``), or None."""
+    from ..._backend import emulating
+    return None if emulating() else _kernels().bind(record)
 
 
 def quantize(x, q, s, kind: str, fp8_name: str) -> None:
@@ -64,4 +71,4 @@ SPEC: KernelSpec = register(KernelSpec(
     dtypes=FP8_DTYPES, launch=_launch, batched=True, casts_out=True, options=OPTIONS, emulation_limit=2 ** 24,
     order=55, block_tile=lambda tile: (128, 128)))
 
-__all__ = ["SPEC", "FP8_DTYPES", "quantize", "registry"]
+__all__ = ["SPEC", "FP8_DTYPES", "quantize", "bind", "registry"]

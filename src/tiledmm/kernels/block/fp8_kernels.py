@@ -299,14 +299,16 @@ def tma_takes(a, b, c) -> bool:
             and b.stride(2) % 16 == 0)
 
 
-def launch(a, b, c, sa, sb, bias, *, blockwise: bool, fast_accum: bool, act: str, config=None) -> dict:
+def launch(a, b, c, sa, sb, bias, *, blockwise: bool, fast_accum: bool, act: str, config=None,
+           record: list | None = None) -> dict:
     """Enqueue c = act((a * sa) @ (b * sb) + bias) on torch's current stream.
 
     a (B, M, K), b (B, K, N), c (B, M, N): 3-D views (batch stride 0 broadcasts); sa (B, M, kcols),
     sb (B, krows, ncols): views whose strides index the scales (0 where one value serves many) --
     kcols = krows = 1 for outer scaling, ceil(K/128) when blockwise, ncols = N or ceil(N/128).
     bias: 1-D of N values (any float dtype) or None. Returns the config it ran (with ``TMA`` 0
-    where a TMA config fell back to the pointer kernel)."""
+    where a TMA config fell back to the pointer kernel). ``record``: a list that receives (FastKernel,
+    grid, arguments) of each launch (``bind`` makes a repeat call's launch of it)."""
     B, M, N = c.shape
     K = a.shape[2]
     from ._vcommon import index_of
@@ -322,8 +324,12 @@ def launch(a, b, c, sa, sb, bias, *, blockwise: bool, fast_accum: bool, act: str
                  ("HAS_BIAS", bias is not None), ("ACT", act), ("NUM_SMS", sms), ("WS", bool(conf.get("WS"))))
         fk = fast(scaled_mm_tma_kernel, tuple(meta.items()), flags)
         tiles = cdiv(M, conf["BLOCK_M"]) * cdiv(N, conf["BLOCK_N"])
-        fk((min(sms, tiles),), a[0], b[0], c[0], sa[0], sb[0], bias_arg, M, N, K, a.stride(1), b.stride(2),
-           c.stride(1), c.stride(2), sa.stride(1), sa.stride(2), sb.stride(1), sb.stride(2), bias_stride)
+        args = (a[0], b[0], c[0], sa[0], sb[0], bias_arg, M, N, K, a.stride(1), b.stride(2), c.stride(1),
+                c.stride(2), sa.stride(1), sa.stride(2), sb.stride(1), sb.stride(2), bias_stride)
+        grid = (min(sms, tiles),)
+        fk(grid, *args)
+        if record is not None:
+            record.append((fk, grid, args))
         return conf
     meta.setdefault("SWAP", 0)
     step = promote or conf["BLOCK_K"]
@@ -334,11 +340,39 @@ def launch(a, b, c, sa, sb, bias, *, blockwise: bool, fast_accum: bool, act: str
     for b0 in range(0, B, MAX_GRID_YZ):
         nb = min(B - b0, MAX_GRID_YZ)
         part = [t[b0:b0 + nb] if t.shape[0] > 1 else t for t in (a, b, c, sa, sb)]
-        fk((tiles, nb), *part, bias_arg,
-           M, N, K, _bstride(a), a.stride(1), a.stride(2), _bstride(b), b.stride(1), b.stride(2),
-           c.stride(0), c.stride(1), c.stride(2), _bstride(sa), sa.stride(1), sa.stride(2),
-           _bstride(sb), sb.stride(1), sb.stride(2), bias_stride)
+        args = (*part, bias_arg, M, N, K, _bstride(a), a.stride(1), a.stride(2), _bstride(b), b.stride(1),
+                b.stride(2), c.stride(0), c.stride(1), c.stride(2), _bstride(sa), sa.stride(1), sa.stride(2),
+                _bstride(sb), sb.stride(1), sb.stride(2), bias_stride)
+        fk((tiles, nb), *args)
+        if record is not None:
+            record.append((fk, (tiles, nb), args))
     return dict(conf, TMA=0) if conf.get("TMA") else conf
+
+
+def bind(record: list):
+    """A repeat call's launch of the one kernel launch in ``record`` (``launch``'s): ``go(stream, a, b,
+    c, sa, sb, bias)`` with new tensors of the recorded call's shapes, strides, dtypes and pointer
+    alignments (the caller keys on them) -- the compiled kernel called through Triton's launcher
+    with the recorded sizes and strides, no specialisation key computed. None where it cannot be:
+    several launches, direct launches off (``_adapter``), a kernel not compiled by that launch."""
+    from ... import _adapter
+    from .fastlaunch import _arg_key
+    if len(record) != 1 or not _adapter.triton_direct():
+        return None
+    fk, grid, args = record[0]
+    ck = fk.cache.get(tuple(map(_arg_key, args)))
+    if ck is None or not fk.direct:
+        return None
+    g0 = grid[0]
+    g1 = grid[1] if len(grid) > 1 else 1
+    rest = args[6:]
+    run, full = _adapter.run_compiled, fk._full
+    from .fastlaunch import ensure_allocator
+
+    def go(stream, a, b, c, sa, sb, bias):
+        ensure_allocator()          # the TMA kernel's descriptors: global scratch from torch, per thread
+        run(ck, g0, g1, 1, stream, full((a, b, c, sa, sb, c if bias is None else bias) + rest))
+    return go
 
 
 def _bstride(t) -> int:
