@@ -276,6 +276,18 @@ def test_registered_as_a_kernel_family():
         tiledmm.matmul(torch.ones(2, 2).to(E4M3), torch.ones(2, 2).to(E4M3))
 
 
+@pytest.mark.parametrize("config, recipe, fast", [("swap16x64", "blockwise", False), ("swap32x64", "rowwise", True),
+                                                  ("128x128k64", "rowwise", False), ("128x128k64", "blockwise", False),
+                                                  ("64x64", "tensorwise", True)])
+def test_named_configs_swapped_tiles_and_two_phase_promotion(config, recipe, fast):
+    """The configs' paths in the kernel: the swapped tile (C^T = B^T A^T, few rows), BLOCK_K 64 with a
+    promotion every two phases (STEPS 2), fast accumulation; a batch on the grid's second axis."""
+    M, K, N = (5, 300, 70) if config.startswith("swap") else (40, 300, 70)
+    a8, b8, sa, sb = _operands(M, K, N, recipe, batch=2, seed=26)
+    c = tiledmm.scaled_matmul(a8, b8, sa, sb, out_dtype=FP32, use_fast_accum=fast, config=config)
+    assert _relerr(c, _ref64(a8, b8, sa, sb)) <= U[FP32] + ACC
+
+
 @pytest.mark.skipif(GPU, reason="the GPU tests run the TMA kernel on the copy engine itself")
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise", "blockwise"])
 @pytest.mark.parametrize("fast", [False, True])
