@@ -17,7 +17,11 @@ that into a second fp32 accumulator held in registers (``acc``) -- DeepGEMM's pr
 accumulation (torch's ``use_fast_accum``): one accumulator the tensor core adds into all along.
 Triton leaves ``acc + dot(a, b)`` alone for fp8 (its fold into ``dot(a, b, acc)`` requires
 ``max_num_imprecise_acc == 0``, which is not the sm_90 fp8 default), so the two accumulators stay
-two. A promoted tile holds both in registers: 128 x 128 with 8 warps is its largest tile here.
+two. A promoted tile holds both in registers: 128 x 128 with 8 warps is its largest tile here. Each
+promotion waits for the tensor core (wgmma.wait_group 0 in the K loop, where fast accumulation keeps
+one group in flight); Triton's own promotion (``max_num_imprecise_acc``) compiles to the same wait
+(ptxas inserts it: C7517, Triton 3.9), and neither a promotion lagged one step nor two accumulators
+change that; the config's ``PROMOTE_K`` (256) halves the waits where the scales allow (not blockwise).
 
 SWAP = 1 computes the transposed tile, C^T = B^T A^T, so that the tensor core's M dimension is
 BLOCK_N (wgmma needs 64) and few rows of A (M <= 32: decoding) are its N dimension. fp8 wgmma reads
@@ -504,6 +508,9 @@ def quantize_tensor_kernel(x_ptr, q_ptr, s_ptr, amax_ptr, R, C, stride_xb, strid
 _QUANT = {   # (BLOCK_R, BLOCK_C, num_warps) per kind; "tiles" walks 128-row tiles in BLOCK_R-row slices
     "row_blocks": (32, BLOCK, 4), "tiles": (32, BLOCK, 4), "rows": (8, 512, 4), "tensor": (32, 256, 4),
 }
+# x read down its columns (a transposed view: the gradient's and the backward's operands): taller
+# tiles, so each column's run of BLOCK_R contiguous values fills 128-byte lines
+_QUANT_T = {"row_blocks": (64, BLOCK, 8), "tiles": (64, BLOCK, 8), "rows": (64, 64, 4), "tensor": (64, 128, 4)}
 
 
 def quantize(x, q, s, kind: str, fp8_name: str) -> None:
@@ -514,7 +521,7 @@ def quantize(x, q, s, kind: str, fp8_name: str) -> None:
     from ..._backend import emulating
     B, R, C = x.shape
     consts = (("EPS", EPS), ("FP8_MAX", FP8_MAX[fp8_name]), ("ROUND", emulating())) + FORMAT[fp8_name]
-    br, bc, warps = _QUANT[kind]
+    br, bc, warps = (_QUANT_T if x.stride(1) == 1 and x.stride(2) != 1 and R > 1 else _QUANT)[kind]
     for b0 in range(0, B, MAX_GRID_YZ):
         nb = min(B - b0, MAX_GRID_YZ)
         xs, qs = x[b0:b0 + nb], q[b0:b0 + nb]
@@ -524,8 +531,8 @@ def quantize(x, q, s, kind: str, fp8_name: str) -> None:
             tile_r = BLOCK if kind == "tiles" else 1
             fk = fast(quantize_groups_kernel, (("num_warps", warps), ("num_stages", 1)),
                       consts + (("BLOCK_R", br), ("BLOCK_C", bc), ("TILE_R", tile_r)))
-            fk((cdiv(R, BLOCK if kind == "tiles" else br), cdiv(C, bc), nb), xs, qs, ss, *xargs, qs.stride(0), qs.stride(1),
-               ss.stride(0), ss.stride(1), ss.stride(2))
+            fk((cdiv(R, tile_r if tile_r > 1 else br), cdiv(C, bc), nb), xs, qs, ss, *xargs, qs.stride(0),
+               qs.stride(1), ss.stride(0), ss.stride(1), ss.stride(2))
         elif kind == "rows":
             ss = s[b0:b0 + nb]
             fk = fast(quantize_rows_kernel, (("num_warps", warps), ("num_stages", 1)),
