@@ -323,7 +323,7 @@ def mlp(results, tokens, d, hidden):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-sweep", action="store_true", help="skip the per-config sweep")
-    ap.add_argument("--sweep-budget", type=float, default=120.0, help="seconds the sweep may take (compiles included)")
+    ap.add_argument("--sweep-budget", type=float, default=90.0, help="seconds the sweep may take (compiles included)")
     ap.add_argument("--quick", action="store_true", help="fewer shapes against torch (4096^3, 8192^3, M=16 and 2048)")
     ap.add_argument("--json", default=None, help="write every number here")
     ap.add_argument("--smoke", action="store_true", help="toy sizes on the CPU (emulation): the script's logic only")

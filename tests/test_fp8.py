@@ -9,8 +9,6 @@ linear's state_dict and its forward and backward against the high-precision laye
 long K with and without promotion."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 import tiledmm

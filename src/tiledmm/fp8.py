@@ -118,11 +118,6 @@ def _check_operand(t, name: str) -> None:
         raise TiledmmError(f"scaled_matmul takes 2-D or 3-D (batched) operands; got {describe(t, name)}")
 
 
-def _lead(s) -> int | None:
-    """The batch size a scale carries (None: none)."""
-    return s.shape[0] if s.dim() == 3 else None
-
-
 def _last2(s) -> tuple:
     return (1,) * (2 - min(s.dim(), 2)) + tuple(s.shape[-2:])
 
