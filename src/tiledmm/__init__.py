@@ -13,8 +13,7 @@ from .invariance import batch_invariant  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["matmul", "kernel_names", "batch_invariant", "registry", "emulating", "TiledmmError", "enable", "ops", "nn",
-           "grouped_matmul",
-           "__version__"]
+           "grouped_matmul", "scaled_matmul", "quantize_fp8", "dequantize_fp8", "__version__"]
 
 
 def __getattr__(name: str):
@@ -26,4 +25,7 @@ def __getattr__(name: str):
         return importlib.import_module(".ops", __name__).enable
     if name == "grouped_matmul":
         return importlib.import_module(".grouped", __name__).grouped_matmul
+    if name in ("scaled_matmul", "quantize_fp8", "dequantize_fp8"):      # FP8: torch on first use
+        value = globals()[name] = getattr(importlib.import_module(".fp8", __name__), name)
+        return value
     raise AttributeError(f"module 'tiledmm' has no attribute {name!r}")

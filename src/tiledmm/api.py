@@ -155,7 +155,8 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
     for name, x, d in (("a", a, da), ("b", b, db)):
         if d not in SUPPORTED_DTYPES:
             raise TiledmmError(f"unsupported dtype {d} ({describe(x, name, kind)}); "
-                               f"tiledmm supports {list(SUPPORTED_DTYPES)}")
+                               f"tiledmm supports {list(SUPPORTED_DTYPES)}"
+                               + ("; for float8 use tiledmm.scaled_matmul" if d.startswith("float8") else ""))
     if da != db:
         raise TiledmmError(f"mixed dtypes: {describe(a, 'a', kind)}; {describe(b, 'b', kind)}; "
                            "convert one so both have the same dtype")

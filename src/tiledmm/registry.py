@@ -102,7 +102,7 @@ def amend(name: str, **fields: Any) -> KernelSpec:
 
 # The family module of the kernels a first call most often names, so that such a call imports
 # only its own family (numba's import alone costs about a second); any other name loads all.
-_HOME = {"triton": "tiledmm.kernels.block", "cublas": "tiledmm.kernels.library"}
+_HOME = {"triton": "tiledmm.kernels.block", "triton-fp8": "tiledmm.kernels.block", "cublas": "tiledmm.kernels.library"}
 
 
 def _load(name: str | None = None) -> None:

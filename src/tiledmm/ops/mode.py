@@ -154,14 +154,25 @@ def _autocast(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 _AUTOCAST_FROM = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def _fp8_route(recipe: str):
+    """``F.linear``'s handler under ``enable(fp8=recipe)``: ``tiledmm.ops._fp8.route_linear``."""
+    import functools
+    from .. import fp8
+    from . import _fp8
+    return functools.partial(_fp8.route_linear, recipe=fp8.check_recipe(recipe))
+
+
 class enable(TorchFunctionMode):
     """``with tiledmm.enable(report=False) as mode:`` -- route the model's matrix products through
     tiledmm where it supports them (see the module's docstring); ``mode.summary()`` says what went
-    where: {op: {"tiledmm": n, "torch": n}} and the reasons for the calls left to torch."""
+    where: {op: {"tiledmm": n, "torch": n}} and the reasons for the calls left to torch. ``fp8``:
+    "tensorwise", "rowwise" or "blockwise" sends ``F.linear`` (a model's linears) through tiledmm's
+    FP8 linear (``tiledmm.nn.Linear(fp8=...)``'s recipe) instead."""
 
-    def __init__(self, report: bool = False):
+    def __init__(self, report: bool = False, fp8: str | None = None):
         super().__init__()
         self.report = report
+        self.fp8 = None if fp8 is None else _fp8_route(fp8)     # F.linear with FP8 products (tiledmm.fp8)
         self.counts: Counter = Counter()        # (op, "tiledmm" | "torch") -> calls
         self.reasons: Counter = Counter()       # (op, why it went to torch) -> calls
 
@@ -171,6 +182,8 @@ class enable(TorchFunctionMode):
             return func(*args, **kwargs) if kwargs else func(*args)
         kwargs = kwargs or {}
         name, handler = route
+        if self.fp8 is not None and name == "linear":
+            handler = self.fp8
         result, why = handler(*_autocast(args, kwargs))
         if why is None:
             self.counts[name, "tiledmm"] += 1

@@ -95,3 +95,6 @@ GROUPED_SPEC: KernelSpec = register(KernelSpec(
     options=("precision", "config"), emulation_limit=2 ** 18, order=55,
     check_options=lambda dtype, opts: check_precision(dtype, opts.get("precision")),
     block_tile=lambda tile: (tile or 128, tile or 128)))
+
+
+from . import fp8  # noqa: E402,F401  (registers the FP8 family's kernel, 'triton-fp8'; imports no Triton)
