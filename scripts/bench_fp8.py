@@ -154,7 +154,7 @@ def sweep(results, budget_s):
                 return
             ins = operands(M, N, K, recipe, seed=2)
             promoted = not fast or recipe == "blockwise"
-            pick = K8.choose(M, N, K, 1, promoted, num_sms())
+            pick = K8.choose(M, N, K, 1, promoted, num_sms(), recipe == "blockwise")
             small = M <= 64
             names = [n for n in K8.CONFIGS if (n.startswith(("swap", "64x", "tma64")) if small else
                                                not n.startswith("swap")) and not (promoted and n in K8.FAST_ONLY)

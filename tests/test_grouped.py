@@ -622,3 +622,17 @@ def test_gpu_grouped_linear_and_routing_match_torch():
         got_t = torch._grouped_mm(x.detach(), layer.weight.detach().mT, offs=offs)
     assert mode.summary()["calls"]["grouped_mm"]["tiledmm"] == 1
     assert err(got_t, want_t.double()) < TOL[torch.bfloat16]
+
+
+def test_gradcheck_with_a_weight_used_transposed():
+    """A K-major b (a weight stored (G, N, K) and used as w.mT, as MoE layers call it) gets its gradient in
+    its own memory order, (gᵀ @ a)ᵀ: right in every layout (float64 gradcheck)."""
+    dt = torch.float64
+    offs = torch.tensor([3, 3, 7], dtype=torch.int32)
+    g = torch.Generator().manual_seed(5)
+
+    def r(*s):
+        return torch.randn(*s, dtype=dt, generator=g).requires_grad_(True)
+    for a, w, o in ((r(7, 5), r(3, 4, 5), offs), (r(3, 6, 5), r(7, 5), offs), (r(6, 7), r(4, 7), offs),
+                    (r(3, 6, 5), r(3, 4, 5), None)):
+        assert torch.autograd.gradcheck(lambda x, y: tiledmm.grouped_matmul(x, y.mT, o), (a, w), fast_mode=True)
