@@ -185,7 +185,8 @@ def test_gpu_caller_stream_orders_the_launch(kernel):
             a.mul_(2.0)
             p = tiledmm.matmul(a, b, kernel=kernel)
         s.synchronize()
-        close(p, ref(a.cpu(), b.cpu()), tol=1e-4)
+        want = ref(a.cpu(), b.cpu())     # normwise: a product before a's doubling would be ~0.5 off
+        assert np.linalg.norm(p.double().cpu().numpy() - want) / np.linalg.norm(want) < 1e-5, (kernel, trial)
 
 
 @pytest.mark.gpu

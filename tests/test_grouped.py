@@ -636,3 +636,15 @@ def test_gradcheck_with_a_weight_used_transposed():
     for a, w, o in ((r(7, 5), r(3, 4, 5), offs), (r(3, 6, 5), r(7, 5), offs), (r(6, 7), r(4, 7), offs),
                     (r(3, 6, 5), r(3, 4, 5), None)):
         assert torch.autograd.gradcheck(lambda x, y: tiledmm.grouped_matmul(x, y.mT, o), (a, w), fast_mode=True)
+
+
+@pytest.mark.gpu
+def test_gpu_host_tensors_are_computed_on_the_gpu():
+    """CPU tensors on a GPU machine, as tiledmm.matmul takes them: computed on the GPU, returned on the host."""
+    g = torch.Generator().manual_seed(9)
+    x, w = torch.randn(10, 8, generator=g), torch.randn(3, 8, 6, generator=g)
+    offs = torch.tensor([4, 4, 10], dtype=torch.int32)
+    y = tiledmm.grouped_matmul(x, w, offs)
+    assert y.device.type == "cpu"
+    want = torch.cat([x[:4].double() @ w[0].double(), x[4:].double() @ w[2].double()])
+    assert float((y.double() - want).norm() / want.norm()) < 1e-5

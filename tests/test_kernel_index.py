@@ -244,6 +244,7 @@ def _twice(tmp_path, child: str) -> list:
     import os
     import subprocess
     import sys
+    import tiledmm
     src = str(__import__("pathlib").Path(tiledmm.__file__).parents[1])
     env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path / "tiledmm"), TILEDMM_QUIET="1",
                TRITON_CACHE_DIR=str(tmp_path / "triton"),

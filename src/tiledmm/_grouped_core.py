@@ -106,6 +106,14 @@ def compute(a, b, offs, bias, out_dtype, act: str, precision: str | None, out=No
     """The product, no autograd recorded (the operator's kernel): a new tensor, or ``out`` filled.
     Checked here too (``check``), so every door gives the same errors."""
     p = check(a, b, offs, bias, out_dtype, act, out)
+    if a.device.type == "cpu" and not _backend.emulating():     # host tensors: computed on the GPU, returned here
+        dev = torch.device("cuda", torch.cuda.current_device())
+        moved = [None if t is None else t.to(dev) for t in (a, b, offs, bias)]
+        r = compute(*moved, out_dtype, act, precision)
+        if out is None:
+            return r.to(a.device)
+        out.copy_(r)
+        return out
     _kernels_device(a)
     from .kernels.block import check_precision
     prec = check_precision(str(a.dtype).replace("torch.", ""), precision)
