@@ -113,3 +113,21 @@ def test_named_scripts_and_benchmarks_exist(doc):
     named = set(re.findall(r"\b((?:scripts|benchmarks)/[\w./-]*\w)", text))
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, f"{doc} names {missing}"
+
+
+def test_no_module_over_600_lines():
+    src = Path(__file__).resolve().parent.parent / "src" / "tiledmm"
+    long = {str(p.relative_to(src)): n for p in src.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600}
+    assert not long, long
+
+
+def test_private_triton_torch_numba_imports_live_in_the_adapter():
+    """The private modules tiledmm reaches into are imported only under _adapter/ (the one guarded place)."""
+    import re
+    src = Path(__file__).resolve().parent.parent / "src" / "tiledmm"
+    private = re.compile(r"^\s*(from|import)\s+(torch\.distributed\._symmetric_memory|numba\.cuda\.cudadrv|"
+                         r"numba\.core\.caching|numba\.cuda\.core\.caching|numba\.cuda\.dispatcher|"
+                         r"triton\.compiler\.compiler|triton\._C)\b", re.M)
+    found = [str(p.relative_to(src)) for p in src.rglob("*.py")
+             if "_adapter" not in p.parts and private.search(p.read_text())]
+    assert not found, found

@@ -588,9 +588,9 @@ from .index_entry import SourceStub, _decode, _encode, _index_entry  # noqa: E40
 from .gluon_launch import TensorDescLaunch, ensure_context, tensordesc_launch  # noqa: E402,F401
 from .store_build import export_compiled  # noqa: E402,F401
 from .torch_private import (device_getter, gpu_sleep, internal_overlap, raw_stream, raw_stream_getter,  # noqa: E402,F401
-                            storage_weakref, version_counter)
+                            storage_weakref, symmetric_memory, version_counter)
 from .boot import interpret_imported_triton, numba_simulator_ready  # noqa: E402,F401
-from .numba_private import numba_array_maker, numba_disk_cache  # noqa: E402,F401
+from .numba_private import numba_array_maker, numba_disk_cache, numba_opt_in_shared  # noqa: E402,F401
 
 __all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key", "load_compiled",
            "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch",

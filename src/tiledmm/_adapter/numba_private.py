@@ -129,3 +129,18 @@ def _numba_cache_class(root: str):
                 except Exception:  # noqa: BLE001 -- a marker not written: only a later pick is the poorer
                     pass
     return TaggedCache
+
+
+def numba_opt_in_shared(kernel, args, nbytes: int, done: set) -> None:
+    """Let numba kernel ``kernel``, compiled for ``args``, take ``nbytes`` of dynamic shared memory on its
+    device (over 48 KiB is opt-in, ``cuKernelSetAttribute``), once per loaded function and device (``done``
+    remembers them). numba-cuda 0.30.4's compiled kernel's ``_codelibrary.get_cufunc()`` and driver binding."""
+    from numba.cuda.cudadrv import driver as drv
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    cufunc = compiled._codelibrary.get_cufunc()
+    key = (id(cufunc), cufunc.device.id)
+    if key in done:
+        return
+    attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    drv.driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
+    done.add(key)

@@ -52,3 +52,11 @@ def storage_weakref(t):
     """A weak reference to ``t``'s storage (``.expired()`` once the memory is freed)."""
     from torch.multiprocessing.reductions import StorageWeakRef
     return StorageWeakRef(t.untyped_storage())
+
+
+def symmetric_memory():
+    """torch's symmetric memory (``torch.distributed._symmetric_memory``: ``empty``, ``rendezvous``, the
+    handle's buffers and barriers; torch 2.11), for ``tiledmm.distributed``'s copy-engine engine. Raises
+    ImportError where this torch has none (the engine is then skipped with the reason)."""
+    import torch.distributed._symmetric_memory as symm_mem
+    return symm_mem

@@ -25,8 +25,8 @@ _spaces: dict = {}         # (group name, device index, tag) -> _Space
 
 
 def _module():
-    import torch.distributed._symmetric_memory as symm_mem
-    return symm_mem
+    from .. import _adapter
+    return _adapter.symmetric_memory()
 
 
 def group_name(group) -> str:

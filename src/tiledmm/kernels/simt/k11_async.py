@@ -417,15 +417,8 @@ class AsyncKernel:
         return launch
 
     def _raise_limit(self, kernel, args) -> None:
-        from numba.cuda.cudadrv import driver as drv
-        compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-        cufunc = compiled._codelibrary.get_cufunc()
-        key = (id(cufunc), cufunc.device.id)
-        if key in self._raised:
-            return
-        attr = drv.binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        drv.driver.cuKernelSetAttribute(attr, self.nbytes, cufunc.handle, cufunc.device.id)
-        self._raised.add(key)
+        from ... import _adapter
+        _adapter.numba_opt_in_shared(kernel, args, self.nbytes, self._raised)
 
 
 def config_fn(cfg: Config):
