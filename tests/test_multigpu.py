@@ -32,6 +32,23 @@ def _err(c, a, b, alpha=1.0, beta=0.0, c0=None) -> float:
     return float((c.double().cpu() - want).norm() / want.norm())
 
 
+def _on_both_devices(work) -> list:
+    """Run ``work(dev)`` for devices 0 and 1 in two threads at once; what each raised, as (device, repr)."""
+    errors = []
+
+    def run(dev):
+        try:
+            work(dev)
+        except BaseException as e:  # noqa: BLE001
+            errors.append((dev, repr(e)))
+    threads = [threading.Thread(target=run, args=(d,)) for d in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 def _dt(name):
     return getattr(torch, name)
 
@@ -82,30 +99,22 @@ def test_one_thread_per_device():
     """The way a process drives several GPUs: a thread per device, started together, each with its own
     current device, meeting the same shape classes at the same time."""
     barrier = threading.Barrier(2)
-    errors, results = [], {}
+    results = {}
 
     def work(dev: int) -> None:
-        try:
-            torch.cuda.set_device(dev)
-            g = torch.Generator(device=f"cuda:{dev}").manual_seed(dev)
-            barrier.wait()
-            for dtype, precision, tol in DTYPES:
-                for j in range(8):
-                    a = torch.randn(96 + 131 * j, 512, device=f"cuda:{dev}", dtype=_dt(dtype), generator=g)
-                    b = torch.randn(512, 384, device=f"cuda:{dev}", dtype=_dt(dtype), generator=g)
-                    for _ in range(3):
-                        c = tiledmm.matmul(a, b, precision=precision)
-                    torch.cuda.synchronize(dev)
-                    results[(dev, dtype, precision, j)] = (_err(c, a, b), tol)
-        except BaseException as e:  # noqa: BLE001
-            errors.append((dev, repr(e)))
+        torch.cuda.set_device(dev)
+        g = torch.Generator(device=f"cuda:{dev}").manual_seed(dev)
+        barrier.wait()
+        for dtype, precision, tol in DTYPES:
+            for j in range(8):
+                a = torch.randn(96 + 131 * j, 512, device=f"cuda:{dev}", dtype=_dt(dtype), generator=g)
+                b = torch.randn(512, 384, device=f"cuda:{dev}", dtype=_dt(dtype), generator=g)
+                for _ in range(3):
+                    c = tiledmm.matmul(a, b, precision=precision)
+                torch.cuda.synchronize(dev)
+                results[(dev, dtype, precision, j)] = (_err(c, a, b), tol)
 
-    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    assert not _on_both_devices(work)
     bad = {k: v for k, v in results.items() if not v[0] < v[1]}
     assert len(results) == 2 * 4 * 8 and not bad, bad
 
@@ -117,33 +126,25 @@ def test_replicated_model_under_enable_on_two_devices_at_once():
     torch.manual_seed(2)
     base = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 128))
     x_cpu = torch.randn(64, 256)
-    errors, out = [], {}
+    out = {}
 
     def work(dev: int) -> None:
-        try:
-            torch.cuda.set_device(dev)
-            model = _copy(base).to(f"cuda:{dev}")
-            ref = _copy(base).to(f"cuda:{dev}")
-            x = x_cpu.to(f"cuda:{dev}")
-            with tiledmm.enable() as mode:
-                for _ in range(3):
-                    model.zero_grad()
-                    y = model(x)
-                    y.square().sum().backward()
-            y_ref = ref(x)
-            y_ref.square().sum().backward()
-            out[dev] = (float((y - y_ref).norm() / y_ref.norm()),
-                        float((model[0].weight.grad - ref[0].weight.grad).norm() / ref[0].weight.grad.norm()),
-                        sum(c["tiledmm"] for c in mode.summary()["calls"].values()))
-        except BaseException as e:  # noqa: BLE001
-            errors.append((dev, repr(e)))
+        torch.cuda.set_device(dev)
+        model = _copy(base).to(f"cuda:{dev}")
+        ref = _copy(base).to(f"cuda:{dev}")
+        x = x_cpu.to(f"cuda:{dev}")
+        with tiledmm.enable() as mode:
+            for _ in range(3):
+                model.zero_grad()
+                y = model(x)
+                y.square().sum().backward()
+        y_ref = ref(x)
+        y_ref.square().sum().backward()
+        out[dev] = (float((y - y_ref).norm() / y_ref.norm()),
+                    float((model[0].weight.grad - ref[0].weight.grad).norm() / ref[0].weight.grad.norm()),
+                    sum(c["tiledmm"] for c in mode.summary()["calls"].values()))
 
-    threads = [threading.Thread(target=work, args=(d,)) for d in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    assert not _on_both_devices(work)
     for dev in (0, 1):
         y_err, g_err, routed = out[dev]
         assert routed >= 6 and y_err < 1e-4 and g_err < 1e-4, (dev, out[dev])
