@@ -208,7 +208,7 @@ CONFIGS: dict[str, dict] = {
     # pointer kernel with the same tile); PROMOTE_K 256: half the promotions (per tensor, rowwise)
     "tma128x256": cfg(128, 256, 128, 8, 3, GROUP_M=8, TMA=1),
     "tma128x128": cfg(128, 128, 128, 8, 4, GROUP_M=8, TMA=1),
-    "tma128x128p256": cfg(128, 128, 128, 8, 4, GROUP_M=8, TMA=1, PROMOTE_K=256),
+    "tma128x128p256": cfg(128, 128, 128, 8, 3, GROUP_M=8, TMA=1, PROMOTE_K=256),   # 4 stages: 262 KB of shared memory (H100)
     "tma64x128": cfg(64, 128, 128, 4, 4, GROUP_M=8, TMA=1),
     # one program per tile, pointer loads
     "128x256": cfg(128, 256, 128, 8, 3, GROUP_M=8, SWAP=0),
