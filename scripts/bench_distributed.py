@@ -395,9 +395,7 @@ def summa_case(label, grid, S, A, B, dtype, gm_name, results, *, engine="nccl", 
             if why:
                 return {"skipped": why}
         blk = grid.blocks(S, S, S)
-        (a0, a1), (a2, a3) = blk["a"]
-        (b0, b1), (b2, b3) = blk["b"]
-        a_loc, b_loc = A[a0:a1, a2:a3].contiguous(), B[b0:b1, b2:b3].contiguous()
+        a_loc, b_loc = grid.local_blocks(A, B)
         if prepared:
             a_loc, b_loc = D.prepare_summa(a_loc, b_loc, (S, S, S), grid=grid, panel=panel, depth=depth,
                                            engine=engine), None

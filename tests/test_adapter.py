@@ -182,15 +182,17 @@ def test_c_launch_needs_direct_launches_on_and_the_known_launcher_body(monkeypat
     assert _adapter.c_launch(ck) is None
 
 
+def _kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
+    pass
+
+
+class _JIT:             # what FastKernel reads of a JIT function
+    fn = _kernel
+
+
 def test_fastkernel_launches_through_the_public_path_when_direct_launches_are_off(monkeypatch):
-    def kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
-        pass
-
-    class JIT:
-        fn = kernel
-
     calls, slow = [], []
-    fk = fastlaunch.FastKernel(JIT, {"BLOCK": 64}, 4, 3)
+    fk = fastlaunch.FastKernel(_JIT, {"BLOCK": 64}, 4, 3)
     fk.direct = True
     ck = _compiled(_KnownLauncher(calls))
     fk._slow = lambda grid, args: slow.append(args) or ck
@@ -215,14 +217,8 @@ def test_fastkernel_keeps_a_compiled_kernel_per_device(monkeypatch):
     """A CompiledKernel's function handle belongs to the context it was loaded in: a specialisation met
     on a second device is loaded (or compiled) there, never launched with the first device's handle,
     and each device's launches use their own."""
-    def kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
-        pass
-
-    class JIT:
-        fn = kernel
-
     calls, slow = [], []
-    fk = fastlaunch.FastKernel(JIT, {"BLOCK": 64}, 4, 3)
+    fk = fastlaunch.FastKernel(_JIT, {"BLOCK": 64}, 4, 3)
     fk.direct = True
     compiled = {0: _compiled(_KnownLauncher(calls)), 1: _compiled(_KnownLauncher(calls))}
     here = [0]

@@ -163,9 +163,7 @@ def run_case(algo: str, shape, dtype: str = "float32", gemm: str = "tiledmm", ch
     if algo == "summa":
         grid = D.Grid.make()
         blk = grid.blocks(m, k, n)
-        (a0, a1), (a2, a3) = blk["a"]
-        (b0, b1), (b2, b3) = blk["b"]
-        a_loc, b_loc = A[a0:a1, a2:a3].contiguous(), B[b0:b1, b2:b3].contiguous()
+        a_loc, b_loc = grid.local_blocks(A, B)
         if prepared:
             a_loc, b_loc = D.prepare_summa(a_loc, b_loc, (m, k, n), grid=grid, panel=panel, depth=depth,
                                            engine=engine), None

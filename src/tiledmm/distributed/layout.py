@@ -61,6 +61,14 @@ class Grid:
         mi, nj = block_range(m, self.pr, r), block_range(n, self.pc, c)
         return {"a": (mi, block_range(k, self.pc, c)), "b": (block_range(k, self.pr, r), nj), "c": (mi, nj)}
 
+    def local_blocks(self, a: torch.Tensor, b: torch.Tensor) -> tuple:
+        """This rank's SUMMA blocks (contiguous copies) of the whole A (M x K) and B (K x N) that every rank
+        holds (checks and benchmarks; ``scatter_summa`` sends them from one rank instead)."""
+        blk = self.blocks(a.shape[0], a.shape[1], b.shape[1])
+        (r0, r1), (c0, c1) = blk["a"]
+        (s0, s1), (d0, d1) = blk["b"]
+        return a[r0:r1, c0:c1].contiguous(), b[s0:s1, d0:d1].contiguous()
+
     @classmethod
     def make(cls, group=None, shape: Optional[tuple] = None, *, ranks: Optional[Sequence[int]] = None,
              max_ctas: Optional[int] = None) -> Optional["Grid"]:

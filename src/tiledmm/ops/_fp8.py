@@ -35,6 +35,7 @@ import torch
 
 from .. import _fp8_core as F8
 from .._arrays import TiledmmError, describe
+from . import _impl
 
 LIB = torch.library.Library("tiledmm", "FRAGMENT")
 LIB.define("scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
@@ -181,13 +182,9 @@ def supported(x, weight, bias) -> str | None:
 
 def route_linear(args, kwargs, recipe: str):
     """``tiledmm.enable(fp8=recipe)``'s route for ``F.linear``: (result, None), or (None, why not)."""
-    if not kwargs and 2 <= len(args) <= 3:
-        x, w, bias = args if len(args) == 3 else (*args, None)
-    else:
-        kw = dict(zip(("input", "weight", "bias"), args))
-        kw.update(kwargs)
-        if set(kw) - {"input", "weight", "bias"}:
-            return None, "shapes"
-        x, w, bias = kw.get("input"), kw.get("weight"), kw.get("bias")
+    parsed = _impl.linear_args(args, kwargs)
+    if parsed is None:
+        return None, "shapes"
+    x, w, bias = parsed
     why = supported(x, w, bias)
     return (None, why) if why else (linear(x, w, bias, recipe), None)

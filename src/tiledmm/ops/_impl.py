@@ -20,6 +20,18 @@ BIAS_ALONG = {-1: 1, -2: 2}          # bias_dim -> the kernel's BIAS mode (1: al
 _FUSED_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16")
 
 
+def linear_args(args, kwargs):
+    """``F.linear``'s (input, weight, bias) from a routed call's arguments, or None where it names others
+    (the routes of ``enable()``, plain and FP8, read them alike)."""
+    if not kwargs and 2 <= len(args) <= 3:     # the common call: no keywords
+        return args if len(args) == 3 else (*args, None)
+    kw = dict(zip(("input", "weight", "bias"), args))
+    kw.update(kwargs)
+    if set(kw) - {"input", "weight", "bias"}:
+        return None
+    return kw.get("input"), kw.get("weight"), kw.get("bias")
+
+
 def float32_precision(dtype) -> str | None:
     """float32 follows torch's own setting: tf32 where torch would use it for matmuls (GPU only); None
     for the other dtypes (the routed layers of ``enable()`` and of the grouped product ask here)."""

@@ -103,14 +103,10 @@ def _addmm(args, kwargs, rank: int):
 
 
 def _linear(args, kwargs):
-    if not kwargs and 2 <= len(args) <= 3:     # the common call: no keywords
-        x, w, bias = args if len(args) == 3 else (*args, None)
-    else:
-        kw = dict(zip(("input", "weight", "bias"), args))
-        kw.update(kwargs)
-        if set(kw) - {"input", "weight", "bias"}:
-            return None, "shapes"
-        x, w, bias = kw.get("input"), kw.get("weight"), kw.get("bias")
+    parsed = _impl.linear_args(args, kwargs)
+    if parsed is None:
+        return None, "shapes"
+    x, w, bias = parsed
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         return None, "shapes"
     why = _unsupported(x, w.mT, None, bias)

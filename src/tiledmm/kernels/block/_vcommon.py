@@ -11,7 +11,8 @@ import functools
 
 from .fastlaunch import FastKernel, Launcher, current_stream, ensure_allocator  # noqa: F401  (one home for launches)
 
-from ... import _device
+from ..._device import capability, num_sms, smem_limit  # noqa: F401  (the device facts, one home)
+from ..._device import sm_margin as _sm_margin  # noqa: F401
 from ..._backend import emulating, mode
 from .heuristics import Device
 
@@ -38,22 +39,6 @@ def tl_precision(precision: str) -> str:
 def index_of(t) -> int | None:
     """The CUDA device index of tensor ``t`` (None in emulation or for a host tensor)."""
     return None if emulating() or not getattr(t, "is_cuda", False) else t.device.index
-
-
-def num_sms(index: int | None = None) -> int:
-    """SMs the kernels plan for on device ``index`` (None: the current one): ``tiledmm._device``'s."""
-    return _device.num_sms(index)
-
-
-_sm_margin = _device.sm_margin
-
-
-def smem_limit(index: int | None = None) -> int:
-    return _device.smem_limit(index)
-
-
-def capability(index: int | None = None) -> tuple:
-    return _device.capability(index)
 
 
 def device(index: int | None = None) -> Device:

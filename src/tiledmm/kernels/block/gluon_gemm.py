@@ -92,8 +92,8 @@ def _is_hopper(dev: int | None = None) -> bool:
 
 
 def _smem(dev: int) -> int:
-    """The model's shared-memory bound on device ``dev``: its opt-in limit less the same slack as SMEM_LIMIT."""
-    return _device.smem_limit(dev) + _device.SMEM_SLACK - (232448 - SMEM_LIMIT)
+    """The model's shared-memory bound on device ``dev``: its opt-in limit less SMEM_LIMIT's slack."""
+    return _device.properties(dev).smem_per_block_optin - (232448 - SMEM_LIMIT)
 
 
 _pick = functools.lru_cache(maxsize=4096)(heuristic)    # launch's no-timing pick (a shared dict: read only)
