@@ -53,21 +53,39 @@ def worker(points: list[dict], shard: int, jobs: int) -> None:
     import tiledmm
     from tiledmm.kernels.block.build_calls import run_point
     for p in points[shard::jobs]:
-        try:
-            why = run_point(torch, tiledmm, p)
-            torch.cuda.synchronize()
-            if why:
-                print(f"[worker {shard}] table layout {p['layout']} {p['cls']} synthesised as {why}", flush=True)
-        except Exception as e:  # noqa: BLE001
-            print(f"[worker {shard}] {p}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+        for attempt in range(4):        # workers share a GPU: out of memory is waited out, then reported
+            try:
+                why = run_point(torch, tiledmm, p)
+                torch.cuda.synchronize()
+                if why:
+                    print(f"[worker {shard}] table layout {p['layout']} {p['cls']} synthesised as {why}", flush=True)
+                break
+            except Exception as e:  # noqa: BLE001
+                if "out of memory" in str(e) and attempt < 3:
+                    torch.cuda.empty_cache()
+                    time.sleep(2.0 * (attempt + 1))
+                    continue
+                print(f"[worker {shard}] {p}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                break
+
+
+def _visible(i: int, gpus: int) -> str:
+    """Worker ``i``'s GPU, as CUDA_VISIBLE_DEVICES names it (within the caller's own visible set)."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = seen.split(",") if seen else [str(g) for g in range(gpus)]
+    return ids[i % len(ids)]
 
 
 def run_workers(args, seconds: float) -> None:
     """``args.jobs`` copies of this script as workers on the shared Triton cache, for at most ``seconds``."""
     import subprocess
     t0 = time.time()
+    import torch
+    gpus = max(1, torch.cuda.device_count())      # workers spread over every GPU: one GPU's memory held 32 too few
     procs = [subprocess.Popen([sys.executable, __file__, "--worker", "--shard", str(i), "--jobs", str(args.jobs),
-                               "--parts", args.parts, "--triton-cache", args.triton_cache]) for i in range(args.jobs)]
+                               "--parts", args.parts, "--triton-cache", args.triton_cache],
+                              env=dict(os.environ, CUDA_VISIBLE_DEVICES=_visible(i, gpus)) if gpus > 1 else None)
+             for i in range(args.jobs)]
     for pr in procs:
         try:
             pr.wait(timeout=max(10.0, seconds - (time.time() - t0)))

@@ -39,6 +39,9 @@ def store(index, tmp_path, monkeypatch):
     monkeypatch.setattr(fastlaunch, "emulating", lambda: False)
     monkeypatch.setattr(_adapter, "_prebuilt_warned", False)
     monkeypatch.delenv("TILEDMM_PREBUILT", raising=False)
+    monkeypatch.setattr(_adapter, "prebuilt_dir", lambda: tmp_path / "no-store")   # the package's own store
+    _adapter._prebuilt_store.cache_clear()        # (another Triton version's, on CI) must not warn in the build
+    _adapter._other_versions.cache_clear()
     build = FakeJit(compiled=index)
     assert fastlaunch.FastKernel(build, {"BLOCK": 64}, 4, 3)((2,), *_args()) is index and build.jit_calls == 1
     out = tmp_path / "prebuilt"
@@ -62,7 +65,7 @@ def _first_call():
 def test_the_export_ships_each_kernel_once_with_its_binary_and_metadata(store):
     out, report = store
     doc = json.loads((out / f"triton-{triton.__version__}.json").read_text())
-    assert doc["format"] == 1 and doc["triton"] == triton.__version__ and doc["targets"] == [list(TARGET)]
+    assert doc["format"] == 2 and doc["triton"] == triton.__version__ and doc["targets"] == [list(TARGET)]
     (entry,) = doc["kernels"].values()
     assert entry["hash"] == HASH and entry["name"] == NAME and set(entry["files"]) == {f"{NAME}.json",
                                                                                      f"{NAME}.cubin"}
@@ -75,11 +78,13 @@ def test_the_export_ships_each_kernel_once_with_its_binary_and_metadata(store):
     assert again["kernels"] == 1 and again["added"] == 0 and sorted(p.name for p in (out / "blobs").iterdir()) == blobs
 
 
-def test_a_hit_compiles_nothing_and_the_next_process_finds_it_in_its_own_index(store, tmp_path):
+def test_a_hit_compiles_nothing_and_the_next_process_finds_it_in_its_own_index(store, tmp_path, index):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ck, fn = _first_call()
     assert fn.jit_calls == 0
+    # the launch passes arguments in the signature's order: the store must keep it (the JSON is key-sorted)
+    assert list(ck.src.signature.items()) == list(index.src.signature.items()) != sorted(index.src.signature.items())
     assert isinstance(ck, compiler.CompiledKernel) and ck.hash == HASH and ck.kernel == b"not a real cubin"
     local = list((tmp_path / "fresh-triton" / "tiledmm-index").glob("*.json"))
     assert len(local) == 1 and json.loads(local[0].read_text())["hash"] == HASH

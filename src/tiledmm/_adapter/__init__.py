@@ -463,7 +463,9 @@ def _settle_triton_cache() -> str:
 # GPU (``export_compiled``). A store only for other Triton versions that covers this GPU: one warning,
 # and the JIT compiles as before; ``TILEDMM_PREBUILT=off`` leaves the store alone.
 
-PREBUILT_FORMAT = 1
+# 2: a kernel's signature as [name, type] pairs (its order is the launch's argument order: a JSON object
+# can lose it to key sorting)
+PREBUILT_FORMAT = 2
 _prebuilt_warned = False
 
 
@@ -547,6 +549,7 @@ def _load_shipped(key, fn, require: dict | None):
         if group is None:
             return None
         local = {k: v for k, v in entry.items() if k != "files"}
+        local["signature"] = {name: kind for name, kind in entry["signature"]}    # in parameter order
         ck = _from_entry(local, fn, require, group)
         if ck is not None:
             import json

@@ -54,7 +54,8 @@ def export_compiled(out=None, index=None, fresh: bool = False) -> dict:
             files[fname] = blob
         shipped = entry.pop("shipped")
         added += shipped not in doc["kernels"]
-        doc["kernels"][shipped] = {**entry, "files": files}
+        doc["kernels"][shipped] = {**entry, "signature": [[k, v] for k, v in entry["signature"].items()],
+                                   "files": files}
     doc["kernels"] = dict(sorted(doc["kernels"].items()))
     doc_path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
     named = set()
