@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 import warnings
 from pathlib import Path
 
@@ -20,13 +21,17 @@ import pytest
 import torch
 import triton
 from triton.compiler import compiler
+from triton.runtime.cache import get_cache_manager
 
 from tests.conftest import GPU
 from tests.test_kernel_index import HASH, NAME, TARGET, FakeJit, _args, index  # noqa: F401  (the fixture)
 from tiledmm import _adapter
+from tiledmm._adapter import store_build
 from tiledmm.kernels.block import fastlaunch
 
 ROOT = Path(__file__).resolve().parents[1]
+MODULE_KEY = "ab" * 32      # a compiled C module's key in Triton's cache: its source's hash
+LAUNCHER = f"__triton_launcher{sysconfig.get_config_var('EXT_SUFFIX')}"
 
 
 @pytest.fixture
@@ -44,6 +49,8 @@ def store(index, tmp_path, monkeypatch):
     _adapter._other_versions.cache_clear()
     build = FakeJit(compiled=index)
     assert fastlaunch.FastKernel(build, {"BLOCK": 64}, 4, 3)((2,), *_args()) is index and build.jit_calls == 1
+    get_cache_manager(MODULE_KEY).put(b"not a real launcher", LAUNCHER, binary=True)   # as Triton's host compiler
+    monkeypatch.setattr(store_build, "_modules_done", False)
     out = tmp_path / "prebuilt"
     report = _adapter.export_compiled(out)
     monkeypatch.setattr(_adapter, "prebuilt_dir", lambda: out)
@@ -70,9 +77,10 @@ def test_the_export_ships_each_kernel_once_with_its_binary_and_metadata(store):
     assert entry["hash"] == HASH and entry["name"] == NAME and set(entry["files"]) == {f"{NAME}.json",
                                                                                      f"{NAME}.cubin"}
     blobs = sorted(p.name for p in (out / "blobs").iterdir())
-    assert blobs == sorted(entry["files"].values())
+    assert blobs == sorted([*entry["files"].values(), *doc["modules"][MODULE_KEY].values()])
     assert gzip.decompress((out / "blobs" / entry["files"][f"{NAME}.cubin"]).read_bytes()) == b"not a real cubin"
-    assert report["kernels"] == 1 and report["files"] == 2 and report["cubins"] == 1 and report["added"] == 1
+    assert report["kernels"] == 1 and report["files"] == 3 and report["cubins"] == 1 and report["added"] == 1
+    assert report["modules"] == 1 and list(doc["modules"]) == [MODULE_KEY] and doc["host"] == store_build._host_key()
     assert report["raw_bytes"] > 0 and report["stored_bytes"] > 0 and report["by_name"] == {NAME: 1}
     again = _adapter.export_compiled(out)                 # idempotent: nothing added, nothing duplicated
     assert again["kernels"] == 1 and again["added"] == 0 and sorted(p.name for p in (out / "blobs").iterdir()) == blobs
@@ -221,3 +229,20 @@ def test_gpu_a_fresh_process_compiles_nothing_where_the_store_has_its_kernels(tm
     print(f"fresh process, empty caches: first 4096^3 call bf16 {got['bf16']:.3f} s, fp32 {got['fp32']:.3f} s, "
           f"{got['compiles']} Triton compiles")
     assert got["compiles"] == 0
+
+
+def test_the_store_installs_tritons_compiled_launchers_only_on_a_host_like_the_builds(store, tmp_path, monkeypatch):
+    """Triton builds each launcher with the host's C compiler on a cold cache (about half a second each): the
+    store's are installed with the first hit, where the host's platform key and extension suffix are the
+    build's; on any other host Triton builds its own."""
+    assert get_cache_manager(MODULE_KEY).get_file(LAUNCHER) is None       # the fresh machine's cache
+    ck, fn = _first_call()
+    installed = Path(get_cache_manager(MODULE_KEY).get_file(LAUNCHER))
+    assert fn.jit_calls == 0 and installed.read_bytes() == b"not a real launcher"
+    installed.unlink()
+    monkeypatch.setattr(store_build, "_modules_done", False)
+    monkeypatch.setattr(store_build, "_host_key", lambda: ["arm64,Darwin,64bit,", ".so"])
+    for p in (tmp_path / "fresh-triton" / "tiledmm-index").glob("*.json"):
+        p.unlink()                              # a miss in the local index again: the store is consulted
+    ck, fn = _first_call()
+    assert fn.jit_calls == 0 and not installed.exists()

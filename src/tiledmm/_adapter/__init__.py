@@ -545,7 +545,9 @@ def _load_shipped(key, fn, require: dict | None):
         entry = store["kernels"].get(shipped)
         if entry is None or any((entry.get("notes") or {}).get(k) != v for k, v in (require or {}).items()):
             return None
-        group = _install(entry)
+        from .store_build import install_entry, install_modules
+        install_modules(store)          # (once a process) Triton's compiled launchers, where they fit this host
+        group = install_entry(entry)
         if group is None:
             return None
         local = {k: v for k, v in entry.items() if k != "files"}
@@ -560,30 +562,6 @@ def _load_shipped(key, fn, require: dict | None):
         return ck
     except Exception:   # noqa: BLE001  a damaged store, a changed Triton: the JIT as before
         return None
-
-
-def _install(entry: dict) -> dict | None:
-    """An entry's files in Triton's cache (where they are not yet), as Triton's group of them."""
-    import gzip
-    import hashlib
-
-    from triton.runtime.cache import get_cache_manager
-    cache = get_cache_manager(entry["hash"])
-    name = f"{entry['name']}.json"
-    group = cache.get_group(name)
-    if group and set(entry["files"]) <= set(group):
-        return group
-    group = {}
-    for fname, blob in entry["files"].items():
-        packed = read_prebuilt(prebuilt_dir() / "blobs" / blob)
-        if packed is None:
-            return None
-        data = gzip.decompress(packed)
-        if not blob.startswith(hashlib.sha256(data).hexdigest()[:32]):
-            return None          # damaged: a miss
-        group[fname] = cache.put(data, fname, binary=True)
-    cache.put_group(name, group)
-    return group
 
 
 # The adapter's other parts, each one kind of private interface, re-exported: callers use ``_adapter.X``.
