@@ -2,7 +2,7 @@
 """Build the compiled Triton kernels tiledmm ships (``src/tiledmm/kernels/block/prebuilt/``), on a GPU.
 
     PYTHONPATH=src python3 scripts/build_kernels.py [--jobs 8] [--budget-s 420]
-        [--parts table,suites,rows,linear,invariant] [--merge] [--out DIR] [--plan] [--collect-only]
+        [--parts table,suites,rows,linear,invariant,classes] [--merge] [--out DIR] [--plan] [--collect-only]
 
 A new process looks a kernel it has not compiled up in the package's store, by a key that is the same on
 every machine with this tiledmm and this Triton version (``_adapter.IndexKey.shipped``): a hit compiles
@@ -24,7 +24,9 @@ The calls (``--plan`` lists their number per part without a GPU):
   tf32 / fp32, B row-major and transposed;
 * linear: ``tiledmm.nn.functional.linear`` (bias; none, gelu, silu) at M 16, 512, 4096 in bf16 and fp16,
   and a forward + backward at M 4096 (the backward products' layouts);
-* invariant: the same llm shapes in batch-invariant mode (its own picks) at M 1 and 4096.
+* invariant: the same llm shapes in batch-invariant mode (its own picks) at M 1 and 4096;
+* classes: M, N, K each of 768, 1536, 3072, 6144 (between the suites' powers of two, where the model's picks
+  differ), and M one less (another specialisation), every dtype, B row-major and transposed.
 
 ``--collect-only``: run nothing; export what the current Triton cache's index holds (after your own
 runs). ``--merge``: keep the store's entries for this Triton version (default: replace them). Kernels of
@@ -42,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-PARTS = ("table", "suites", "rows", "linear", "invariant")     # (tiledmm.kernels.block.build_calls.PARTS)
+PARTS = ("table", "suites", "rows", "linear", "invariant", "classes")     # (tiledmm.kernels.block.build_calls.PARTS)
 
 
 def worker(points: list[dict], shard: int, jobs: int) -> None:

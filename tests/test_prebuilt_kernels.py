@@ -246,3 +246,14 @@ def test_the_store_installs_tritons_compiled_launchers_only_on_a_host_like_the_b
         p.unlink()                              # a miss in the local index again: the store is consulted
     ck, fn = _first_call()
     assert fn.jit_calls == 0 and not installed.exists()
+
+
+def test_the_launchers_are_installed_before_tritons_driver_is_made(store, monkeypatch):
+    """Triton's driver builds its helpers when it is first made (the first ``gpu_target``): the store's are in
+    its cache by then -- installed when tiledmm first readies Triton's cache folder, before any lookup."""
+    monkeypatch.setattr(_adapter, "_cache_ready", False)
+    monkeypatch.setattr(_adapter, "_settle_triton_cache", lambda: "")
+    monkeypatch.setattr(store_build, "_modules_done", False)
+    assert get_cache_manager(MODULE_KEY).get_file(LAUNCHER) is None
+    _adapter.triton_cache_ready()
+    assert Path(get_cache_manager(MODULE_KEY).get_file(LAUNCHER)).read_bytes() == b"not a real launcher"

@@ -434,7 +434,21 @@ def triton_cache_ready() -> None:
         if not _cache_ready:
             if not _backend.emulating():
                 _settle_triton_cache()
+                _early_modules()
             _cache_ready = True
+
+
+def _early_modules() -> None:
+    """The store's compiled launchers and driver helpers into Triton's cache before Triton's driver is first
+    made (it builds its helpers then): ``store_build.install_modules``."""
+    try:
+        import triton
+        store = _prebuilt_store(triton.__version__) if _prebuilt_on() and _index_on() else None
+        if store is not None:
+            from .store_build import install_modules
+            install_modules(store)
+    except Exception:   # noqa: BLE001  a damaged store or cache: Triton builds its own, as without a store
+        pass
 
 
 def _settle_triton_cache() -> str:

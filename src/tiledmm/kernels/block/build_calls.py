@@ -9,7 +9,10 @@ batch-invariant mode.
 """
 from __future__ import annotations
 
-PARTS = ("table", "suites", "rows", "linear", "invariant")
+PARTS = ("table", "suites", "rows", "linear", "invariant", "classes")
+# sizes between the suites' powers of two, where the model's picks for a class differ from its ends' (each
+# class is judged at its own sizes), and M one less, as a batch of tokens leaves it (another specialisation)
+MIDDLES = (768, 1536, 3072, 6144)
 DTYPES = (("bfloat16", "none"), ("float16", "none"), ("float32", "tf32"), ("float32", "ieee"))
 LLM = ((4096, 4096), (11008, 4096), (4096, 11008), (8192, 8192), (28672, 8192), (8192, 28672))   # (N, K)
 MAX_BYTES = 6 << 30          # a call's operands at most (8 workers share one GPU)
@@ -95,6 +98,14 @@ def plan(parts, table: dict | None) -> list[dict]:
                 for dtype, prec in (DTYPES[0], DTYPES[2], DTYPES[3]):
                     for b in ("n", "t"):
                         pts.append(_pt("invariant", dtype, prec, m, n, k, b=b, invariant=True))
+    if "classes" in parts:
+        for m in MIDDLES:
+            for n in MIDDLES:
+                for k in MIDDLES:
+                    for dtype, prec in DTYPES:
+                        for b in ("n", "t"):
+                            pts.append(_pt("classes", dtype, prec, m, n, k, b=b))
+                            pts.append(_pt("classes", dtype, prec, m - 1, n, k, b=b))
     return [p for p in pts if _bytes(p) <= MAX_BYTES]
 
 
