@@ -69,8 +69,13 @@ def _warm(calls: list, warmup: int) -> None:
 
 
 def _batch_size(calls: list, batch_ms: float, max_per_batch: int) -> int:
-    """Calls a batch for about ``batch_ms`` of queued time (at least 3), from a first batch of 3."""
-    est = _batch(calls, 3, 0) / 3
+    """Calls a batch for about ``batch_ms`` of queued time (at least 3), from a first batch of 3 -- but one where
+    a single call already lasts ``batch_ms`` (the events' cost is nothing beside it, and three of a slow
+    kernel's calls a batch tripled the main job's time)."""
+    one = _batch(calls, 1, 0)
+    if one >= batch_ms:
+        return 1
+    est = _batch(calls, 3, 1) / 3
     return int(min(max_per_batch, max(3, math.ceil(batch_ms / max(est, 1e-4)))))
 
 
