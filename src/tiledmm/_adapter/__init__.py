@@ -547,7 +547,6 @@ def _install(entry: dict) -> dict | None:
 # The adapter's other parts, each one kind of private interface, re-exported: callers use ``_adapter.X``.
 from .index_entry import SourceStub, _decode, _encode, _index_entry  # noqa: E402,F401
 from .launch import BoundLaunch, arg_key, bind_compiled, int_key, run_compiled  # noqa: E402,F401
-from .launch import _c_launch as c_launch  # noqa: E402,F401
 from .gluon_launch import TensorDescLaunch, ensure_context, tensordesc_launch  # noqa: E402,F401
 from .store_build import export_compiled  # noqa: E402,F401
 from .torch_private import (device_getter, gpu_sleep, internal_overlap, raw_stream, raw_stream_getter,  # noqa: E402,F401
