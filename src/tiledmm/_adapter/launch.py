@@ -60,9 +60,9 @@ class BoundLaunch:
     signature order (constexprs included), ``scratch`` the global scratch buffer or None.
     ``bl.launch(gridX, gridY, gridZ, stream, *bl.head, *args)`` is the same call without a Python frame
     of its own (the per-call paths), ``bl.head_with(scratch)`` in place of ``bl.head`` where the kernel
-    takes scratch. ``scratch_bytes``: the global scratch the kernel needs per program (0: none; a
-    caller that shares one buffer between launches does not where ``pdl``: a launch may then overlap
-    its predecessor).
+    takes scratch. ``scratch_bytes``: the global scratch the kernel needs per program (0: none);
+    launches may share one buffer only where they cannot overlap -- not where ``pdl`` (programmatic
+    dependent launch starts a launch before its predecessor ends).
 
     The C launch takes (gridX, gridY, gridZ, stream, function, cooperative, pdl, global scratch,
     profile scratch, packed metadata, launch metadata, enter hook, exit hook, *args) (Triton 3.6):
@@ -86,7 +86,8 @@ class BoundLaunch:
     def __setattr__(self, name, value):
         raise AttributeError(f"{type(self).__name__} is immutable")
 
-    __delattr__ = __setattr__
+    def __delattr__(self, name):
+        raise AttributeError(f"{type(self).__name__} is immutable")
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(cooperative={self.cooperative}, pdl={self.pdl}, "
