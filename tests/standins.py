@@ -19,7 +19,8 @@ class Launcher:
 
 
 class Compiled:
-    """A compiled kernel as fastlaunch reads it: ``function``, ``packed_metadata`` and ``run``."""
+    """A compiled kernel as the adapter reads it (``bind_compiled``, ``run_compiled``): ``function``,
+    ``packed_metadata`` and ``run``."""
 
     def __init__(self, run, function="fn"):
         self.function, self.packed_metadata, self.run = function, "meta", run

@@ -169,17 +169,63 @@ def _compiled(launcher):
     return Compiled()
 
 
-def test_c_launch_needs_direct_launches_on_and_the_known_launcher_body(monkeypatch):
+def test_bind_compiled_needs_direct_launches_on_and_the_known_launcher_body(monkeypatch):
     calls = []
     ck = _compiled(_KnownLauncher(calls))
     monkeypatch.setattr(_adapter, "_direct", False)
-    assert _adapter.c_launch(ck) is None                     # off: never the private launch
+    assert _adapter.bind_compiled(ck) is None                     # off: never the private launch
+    assert _adapter.bind_compiled(ck, checked=False) is not None  # (the self-test's own, before it decides)
     monkeypatch.setattr(_adapter, "_direct", True)
-    launch, coop, pdl, scratch = _adapter.c_launch(ck)
-    assert launch is ck.run.launch and (coop, pdl, scratch) == (False, False, 0)
-    assert _adapter.c_launch(_compiled(_OtherLauncher(calls))) is None
-    ck.run.profile_scratch_size = 8                          # profiling scratch: Triton's launcher
-    assert _adapter.c_launch(ck) is None
+    bound = _adapter.bind_compiled(ck)
+    assert isinstance(bound, _adapter.BoundLaunch) and bound.launch is ck.run.launch
+    assert (bound.cooperative, bound.pdl, bound.scratch_bytes) == (False, False, 0)
+    assert _adapter.bind_compiled(_compiled(_OtherLauncher(calls))) is None     # an unknown body
+    ck.run.global_scratch_size, ck.run.num_ctas = 64, 2           # global scratch: per program, every CTA's
+    assert _adapter.bind_compiled(ck).scratch_bytes == 128
+    ck.run.global_scratch_align = 1024                            # aligned past torch's blocks: Triton's launcher
+    assert _adapter.bind_compiled(ck) is None
+    ck.run.global_scratch_align, ck.run.profile_scratch_size = 128, 8   # profiling scratch: Triton's launcher
+    assert _adapter.bind_compiled(ck) is None
+
+
+def test_bound_launch_passes_the_c_launch_what_tritons_launcher_passes(monkeypatch):
+    """A BoundLaunch calls the C launch with exactly the arguments Triton's Python launcher (the known
+    body, reached through ``run_compiled``) gives it -- function, flags, scratch, packed metadata and
+    hooks in their places -- both as ``bl(...)`` and in the per-call form ``bl.launch(..., *bl.head, ...)``;
+    a scratch buffer goes where the launcher puts its own. Immutable."""
+    calls = []
+    ck = _compiled(_KnownLauncher(calls))
+    ck.run.launch_cooperative_grid, ck.run.launch_pdl = "coop", "pdl"     # told apart from each other
+    monkeypatch.setattr(_adapter, "_direct", True)
+    bound = _adapter.bind_compiled(ck)
+    _adapter.run_compiled(ck, 3, 2, 1, 7, ("a", 17, 1.5))        # Triton's Python launcher
+    bound(3, 2, 1, 7, None, "a", 17, 1.5)
+    bound.launch(3, 2, 1, 7, *bound.head, "a", 17, 1.5)
+    want = ("C", 3, 2, 1, 7, "fn", "coop", "pdl", None, None, "meta", None, None, None, "a", 17, 1.5)
+    assert calls == [("python",), want, want, want]
+    calls.clear()
+    bound(5, 1, 1, 9, "buffer", "a")
+    bound.launch(5, 1, 1, 9, *bound.head_with("buffer"), "a")
+    assert calls == [("C", 5, 1, 1, 9, "fn", "coop", "pdl", "buffer", None, "meta", None, None, None, "a")] * 2
+    with pytest.raises(AttributeError):
+        bound.pdl = False
+    with pytest.raises(AttributeError):
+        del bound.head
+
+
+def test_the_specialisation_keys_follow_tritons_rules():
+    """int_key / arg_key: what Triton compiles a kernel anew for -- an int's 64-bit size, == 1, % 16; a
+    tensor's dtype and 16-byte alignment; a host descriptor's dtype and block; floats, bools and None
+    nothing."""
+    assert [_adapter.int_key(v) for v in (0, 1, 17, 32, -16, 2 ** 31 - 1, 2 ** 31, -2 ** 31, -2 ** 31 - 1, 2 ** 40 + 1)] \
+        == [2, 1, 0, 2, 2, 0, 6, 2, 4, 4]
+    t = torch.empty(8, dtype=torch.float16)
+    assert _adapter.arg_key(t) == (torch.float16, True) and _adapter.arg_key(t[1:]) == (torch.float16, False)
+    assert [_adapter.arg_key(v) for v in (1.5, True, None, 16)] == [None, None, None, 2]
+
+    class Desc:
+        base, block_shape = t, [64, 32]
+    assert _adapter.arg_key(Desc()) == ("desc", torch.float16, (64, 32))
 
 
 def _kernel(a_ptr, b_ptr, c_ptr, M, BLOCK: "constexpr", alpha):   # noqa: F821  (only its signature is read)
@@ -319,13 +365,13 @@ def test_tensordesc_launch_expands_descriptors_as_tritons_wrapper(monkeypatch):
     a, b = torch.zeros(8, 16), torch.zeros(4, 32)
     monkeypatch.setattr(_adapter, "_direct", True)
     got = _adapter.tensordesc_launch(ck, [_Real(a), _Real(b)])
-    assert got is not None
-    launch, coop, pdl, function, packed, expand, kept, params = got
-    assert launch is raw and (coop, pdl, function, packed) == (False, False, "fn", "meta") and kept == metas
-    assert params == ("a_desc", "n", "b_desc")
+    assert isinstance(got, _adapter.BoundLaunch) and got.launch is raw and got.scratch_bytes == 0
+    assert (got.cooperative, got.pdl, got.function, got.packed) == (False, False, "fn", "meta")
+    assert got.metadata == metas and got.params == ("a_desc", "n", "b_desc")
+    expand = got.expand
     base = (1, 1, 1, 7, "fn", False, False, None, None, "meta", None, None, None)
     ck.run.launch(*base, _Real(a), 5, _Real(b))                       # Triton's own path
-    launch(*base, *expand(0, a.data_ptr(), (8, 16), (16, 1)), 5, *expand(1, b.data_ptr(), (4, 32), (32, 1)))
+    got(1, 1, 1, 7, None, *expand(0, a.data_ptr(), (8, 16), (16, 1)), 5, *expand(1, b.data_ptr(), (4, 32), (32, 1)))
     assert calls[0] == calls[1] and calls[0][15:20] == (8, 16, 16, 1, 5)
     # no tensor is kept alive by an expansion: only its pointer
     assert expand(0, 4096, [2, 3], [3, 1]) == [("map", 4096, (2, 3), (3, 1), 128), 2, 3, 3, 1]

@@ -131,3 +131,23 @@ def test_private_triton_torch_numba_imports_live_in_the_adapter():
     found = [str(p.relative_to(src)) for p in src.rglob("*.py")
              if "_adapter" not in p.parts and private.search(p.read_text())]
     assert not found, found
+
+
+# the compiled kernel's packed metadata, its launcher's flags, and the C launch's arguments around them
+# (``packed, None, None, None``: the packed metadata, then launch metadata and the two hooks)
+PRIVATE_LAUNCH = re.compile(r"packed_metadata|launch_cooperative_grid|launch_pdl|packed\w*, None, None, None")
+
+
+def _private_launch_mentions(src: Path) -> list:
+    """Lines outside _adapter/ that name a compiled kernel's packed metadata or its launcher's
+    cooperative/PDL flags, or spell the C launch's arguments: Triton's private launch convention."""
+    return [f"{p.relative_to(src)}:{i}: {line.strip()}" for p in sorted(src.rglob("*.py")) if "_adapter" not in p.parts
+            for i, line in enumerate(p.read_text().splitlines(), 1) if PRIVATE_LAUNCH.search(line)]
+
+
+def test_tritons_launch_convention_lives_in_the_adapter():
+    """Triton's private launch convention (the C launch's arguments: function handle, packed metadata,
+    cooperative and PDL flags, scratch, hooks) is spelled only in the adapter (its BoundLaunch); every
+    other module launches a compiled kernel through that."""
+    found = _private_launch_mentions(ROOT / "src" / "tiledmm")
+    assert not found, "launch through _adapter.bind_compiled / BoundLaunch:\n" + "\n".join(found)

@@ -26,7 +26,7 @@ def standin(monkeypatch):
 
     def slow(self, grid, args):
         ck = Compiled(Launcher(calls, 64 if "NUM_SMS" in self.meta else 0), f"fn{len(compiled)}")
-        compiled.append(tuple(map(fastlaunch._arg_key, args)))
+        compiled.append(tuple(map(_adapter.arg_key, args)))
         return ck
     direct_launches(monkeypatch, slow)
     V._fast.cache_clear()
@@ -195,7 +195,7 @@ def test_without_a_c_launch_the_bind_is_per_signature_through_tritons_launcher(s
     """A launcher whose body tiledmm does not know: no class launch; the exact-signature launch goes
     through Triton's Python launcher (CompiledKernel.run)."""
     calls, _ = standin
-    monkeypatch.setattr(_adapter, "c_launch", lambda ck, checked=True: None)
+    monkeypatch.setattr(_adapter, "bind_compiled", lambda ck, checked=True: None)
     a, b, c = _operands(40, 24, 72)
     cls, exact = fastlaunch.bind(_variant(V._blocked_launch), a, b, c, 1.0, 0.0)
     assert cls is None and exact is not None

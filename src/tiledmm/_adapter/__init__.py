@@ -13,9 +13,14 @@ packed metadata, three hooks, args);
 its C ``launch`` called with the
 cooperative/PDL flags and scratch
 buffers, after comparing the source
-of Triton's Python launcher;
+of Triton's Python launcher
+(``BoundLaunch``, ``bind_compiled``);
 ``global_scratch_size/align``,
 ``profile_scratch_size``, ``num_ctas``
+Triton's specialisation of runtime     Triton 3.6.0 (CUDA)        none (tiledmm keys the compiled
+arguments mirrored (``int_key``,                                  kernels it launches directly on it)
+``arg_key``: ints ==1, %16, 64-bit;
+pointers' dtype, 16-byte alignment)
 ``CompiledKernel(src, group, hash)``    Triton 3.6.0 (CUDA)        Triton's JIT (computes
 built from ``get_cache_manager(hash)``                             ``triton_key``, ~0.45 s once)
 ``.get_group``; ``ASTSource(fn, sig,
@@ -54,7 +59,7 @@ is remembered beside the kernel index, keyed by Triton's fingerprint, torch, the
 remembered. On a Triton version not in ``TRITON_CHECKED``, or where the self-test fails, tiledmm
 warns once and launches through ``kernel[grid](...)`` for the rest of the process (correct, some
 microseconds slower per call). Nothing here imports Triton, torch or numba at import time. The parts beside
-this file (gluon_launch, index_entry, store_build, torch_private, numba_private, boot) are re-exported here.
+this file (launch, gluon_launch, index_entry, store_build, torch_private, numba_private, boot) are re-exported here.
 
 Where direct launches are on, tiledmm also keeps its own *kernel index* (``index_key``,
 ``remember_compiled``, ``load_compiled``; the folder ``tiledmm-index/`` in Triton's cache folder,
@@ -66,7 +71,6 @@ error takes the JIT as before. ``TILEDMM_KERNEL_INDEX=off`` turns the index off.
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 import warnings
 
@@ -174,9 +178,10 @@ def why_not_direct() -> str:
 
 
 def _self_test() -> str:
-    """Launch a probe kernel through the public path, ``CompiledKernel.run`` and the C launch;
-    "" where all three wrote what they should, else what went wrong. The probe comes from the kernel
-    index where it is there (no JIT, no ``triton_key``), launched publicly by ``CompiledKernel[grid]``."""
+    """Launch a probe kernel through the public path, ``CompiledKernel.run`` (``run_compiled``) and its
+    ``BoundLaunch`` (the C launch, as every direct launch calls it); "" where all three wrote what they
+    should, else what went wrong. The probe comes from the kernel index where it is there (no JIT, no
+    ``triton_key``), launched publicly by ``CompiledKernel[grid]``."""
     import torch
 
     from .._adapter_probe import probe_kernel
@@ -192,14 +197,12 @@ def _self_test() -> str:
         ck[(grid, 1, 1)](x[0], n, 5, block)
     stream = raw_stream(torch.cuda.current_device())
     run_compiled(ck, grid, 1, 1, stream, (x[1], n, 7, block))
-    direct = c_launch(ck, checked=False)
-    if direct is None:
+    bound = bind_compiled(ck, checked=False)
+    if bound is None:
         return "Triton's launcher has an unknown body"
-    launch, coop, pdl, scratch = direct
-    if scratch:
+    if bound.scratch_bytes:
         return "the probe kernel asks for global scratch"
-    launch(grid, 1, 1, stream, ck.function, coop, pdl, None, None, ck.packed_metadata, None, None, None,
-           x[2].data_ptr(), n, 9, block)
+    bound(grid, 1, 1, stream, None, x[2].data_ptr(), n, 9, block)
     torch.cuda.synchronize()
     want = torch.arange(n, dtype=torch.int32, device="cuda")
     for row, value in enumerate((5, 7, 9)):
@@ -207,48 +210,6 @@ def _self_test() -> str:
             return f"self-test launch {row} wrote wrong values"
     return ""
 
-
-def run_compiled(ck, g0: int, g1: int, g2: int, stream: int, args) -> None:
-    """Triton's Python launcher of a CompiledKernel, called positionally (no launch hooks):
-    ``args`` every kernel parameter in signature order, constexprs included."""
-    ck.run(g0, g1, g2, stream, ck.function, ck.packed_metadata, None, None, None, *args)
-
-
-# The body of Triton's Python launcher (``CudaLauncher.__call__``, Triton 3.6) allocates the scratch
-# buffers (None where the kernel needs none) and ends in this call, so a bound launch can call the
-# compiled C ``launch`` itself (~3 us a call less, and no allocation). Any other body: Triton's call.
-_KNOWN_TAIL = ("self.launch(gridX, gridY, gridZ, stream, function, self.launch_cooperative_grid, "
-               "self.launch_pdl, global_scratch, profile_scratch, *args)")
-_known: dict[type, bool] = {}
-
-
-def c_launch(ck, checked: bool = True):
-    """(C launch, cooperative flag, PDL flag, global scratch bytes per program) of a CompiledKernel
-    whose Python launcher has the body described above and needs no profiling scratch; else None
-    (also where direct launches are off, unless ``checked`` is False: the self-test itself).
-    The C launch takes (gridX, gridY, gridZ, stream, function, cooperative, pdl, global scratch,
-    profile scratch, packed metadata, launch metadata, enter hook, exit hook, *args)."""
-    if checked and not triton_direct():
-        return None
-    run = ck.run
-    cls = type(run)
-    known = _known.get(cls)
-    if known is None:
-        try:
-            lines = inspect.getsource(cls.__call__).split("\n")
-        except (OSError, TypeError):
-            lines = []
-        body = " ".join(" ".join(lines).split())
-        known = _known[cls] = body.endswith(_KNOWN_TAIL) and body.count("self.launch(") == 1
-    if not known or getattr(run, "profile_scratch_size", 1):
-        return None
-    try:
-        scratch = run.global_scratch_size * getattr(run, "num_ctas", 1)
-        if scratch and run.global_scratch_align > 256:      # torch's blocks are 512-byte aligned
-            return None
-        return run.launch, run.launch_cooperative_grid, run.launch_pdl, scratch
-    except AttributeError:
-        return None
 
 # -- Triton: tiledmm's own index of compiled kernels ----------------------------------------------------
 #
@@ -580,6 +541,7 @@ def _load_shipped(key, fn, require: dict | None):
 
 # The adapter's other parts, each one kind of private interface, re-exported: callers use ``_adapter.X``.
 from .index_entry import SourceStub, _decode, _encode, _index_entry  # noqa: E402,F401
+from .launch import BoundLaunch, arg_key, bind_compiled, int_key, run_compiled  # noqa: E402,F401
 from .gluon_launch import TensorDescLaunch, ensure_context, tensordesc_launch  # noqa: E402,F401
 from .store_build import export_compiled  # noqa: E402,F401
 from .torch_private import (device_getter, gpu_sleep, internal_overlap, raw_stream, raw_stream_getter,  # noqa: E402,F401
@@ -588,7 +550,8 @@ from .boot import interpret_imported_triton, numba_simulator_ready  # noqa: E402
 from .numba_private import numba_array_maker, numba_disk_cache, numba_opt_in_shared  # noqa: E402,F401
 
 __all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key", "load_compiled",
-           "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "c_launch",
+           "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "BoundLaunch",
+           "bind_compiled", "int_key", "arg_key",
            "TensorDescLaunch", "tensordesc_launch", "ensure_context", "raw_stream", "raw_stream_getter",
            "device_getter", "internal_overlap", "gpu_sleep", "version_counter", "storage_weakref",
            "numba_array_maker", "numba_disk_cache", "IndexKey", "export_compiled", "prebuilt_dir", "read_prebuilt",

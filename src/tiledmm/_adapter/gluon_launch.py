@@ -4,9 +4,10 @@ new thread. See the package's docstring for the versions checked and the fallbac
 from __future__ import annotations
 
 import inspect
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from .. import _adapter as A
+from .launch import BoundLaunch
 
 # -- Triton: the launcher of a kernel with host-side TMA descriptors (Gluon) ------------------------------
 #
@@ -43,22 +44,22 @@ class _Desc:
         self.base, self.shape, self.strides, self.padding = _Base(ptr), list(shape), list(strides), "zero"
 
 
-class TensorDescLaunch(NamedTuple):
-    """How to launch one compiled kernel with host TMA descriptors without Triton's Python launcher.
-    ``launch(gridX, gridY, gridZ, stream, function, cooperative, pdl, None, None, packed, None, None,
-    None, *args)`` with every descriptor argument replaced by ``expand(i, ptr, shape, strides)``:
-    (tensor map, *shape, *strides) of descriptor parameter ``i`` over memory at ``ptr`` (zero
-    padding), as Triton's wrapper computes it. ``metadata``: each descriptor parameter's tensor-map
-    metadata (swizzle, element type, block: what ``expand`` depends on besides its arguments);
-    ``params``: the kernel's parameter names in order, as compiled."""
-    launch: Callable
-    cooperative: bool
-    pdl: bool
-    function: int
-    packed: object
-    expand: Callable
-    metadata: list
-    params: tuple
+class TensorDescLaunch(BoundLaunch):
+    """How to launch one compiled kernel with host TMA descriptors without Triton's Python launcher: a
+    ``BoundLaunch`` of the C launch under Triton's wrapper (no global scratch), called with every
+    descriptor argument replaced by ``expand(i, ptr, shape, strides)``: (tensor map, *shape, *strides)
+    of descriptor parameter ``i`` over memory at ``ptr`` (zero padding), as Triton's wrapper computes
+    it. ``metadata``: each descriptor parameter's tensor-map metadata (swizzle, element type, block:
+    what ``expand`` depends on besides its arguments); ``params``: the kernel's parameter names in
+    order, as compiled. Immutable."""
+
+    __slots__ = ("expand", "metadata", "params")
+
+    def __init__(self, launch, cooperative: bool, pdl: bool, function, packed, expand: Callable, metadata: list,
+                 params: tuple):
+        super().__init__(launch, cooperative, pdl, function, packed, 0)
+        for name, value in (("expand", expand), ("metadata", metadata), ("params", params)):
+            object.__setattr__(self, name, value)
 
 
 def tensordesc_launch(ck, descs) -> TensorDescLaunch | None:
@@ -69,10 +70,10 @@ def tensordesc_launch(ck, descs) -> TensorDescLaunch | None:
     None: the stand-ins' expansion is not compared again -- for a kernel from the index whose entry
     notes that it was bound in an earlier process (the comparison depends only on Triton's files and
     the kernel's tensor-map metadata, both in the index key)."""
-    direct = A.c_launch(ck)
-    if direct is None or direct[3]:
+    bound = A.bind_compiled(ck)
+    if bound is None or bound.scratch_bytes:
         return None
-    inner, coop, pdl, _ = direct
+    inner = bound.launch
     try:
         code = inner.__code__
         body = " ".join(" ".join(inspect.getsource(inner).split("\n")).split())
@@ -91,7 +92,7 @@ def tensordesc_launch(ck, descs) -> TensorDescLaunch | None:
             if len(real) != len(mine) or type(real[0]) is not type(mine[0]) or \
                     [int(x) for x in real[1:]] != [int(x) for x in mine[1:]]:
                 return None
-        return TensorDescLaunch(raw, coop, pdl, ck.function, ck.packed_metadata, expand,
+        return TensorDescLaunch(raw, bound.cooperative, bound.pdl, bound.function, bound.packed, expand,
                                 [dict(m) for m in metas], tuple(ck.src.signature))
     except Exception:   # noqa: BLE001  a changed Triton: the public launch
         return None

@@ -10,10 +10,11 @@ launched directly from its first call, without Triton's JIT and its ``triton_key
 
 Triton specialises a kernel on its runtime arguments: integers equal to 1, integers
 divisible by 16, 32- or 64-bit integers, and tensors' dtypes and 16-byte alignment.
-``FastKernel`` keys its cache on exactly those properties, so a kernel is never reused
-where Triton would have compiled another one. The direct calls are Triton's private
-interface (``tiledmm._adapter``: checked versions, a self-test on first use); where the
-adapter turns them off, or a direct call fails, the ordinary launch is used for good.
+``FastKernel`` keys its cache on exactly those properties (``_adapter.arg_key``), so a kernel
+is never reused where Triton would have compiled another one. The direct calls are Triton's
+private interface (``tiledmm._adapter``: checked versions, a self-test on first use; its
+``BoundLaunch`` is the one form of a compiled kernel's C launch); where the adapter turns them
+off, or a direct call fails, the ordinary launch is used for good.
 
 Bound launches for the short path (``kernels/block/shortpath.py``): ``bind`` runs a variant
 once and returns a ``ClassLaunch`` -- for a variant that is one plain kernel launch, the
@@ -27,27 +28,8 @@ import threading
 from typing import Any
 
 from ... import _adapter
+from ..._adapter import arg_key, int_key
 from ..._backend import emulating
-
-
-def _int_key(v: int) -> int:
-    big = 0 if -2 ** 31 <= v < 2 ** 31 else 4
-    return big + (1 if v == 1 else (2 if v % 16 == 0 else 0))
-
-
-def _arg_key(a):
-    """What Triton specialises an argument on: an int's size, ==1, %16; a pointer's dtype and
-    16-byte alignment; a host TensorDescriptor's dtype and block shape."""
-    if type(a) is int:
-        return _int_key(a)
-    if hasattr(a, "data_ptr"):
-        return (a.dtype, a.data_ptr() % 16 == 0)
-    if type(a) is float or type(a) is bool or a is None:
-        return None
-    base = getattr(a, "base", None)
-    if base is not None and hasattr(a, "block_shape"):
-        return ("desc", base.dtype, tuple(a.block_shape))
-    return type(a)
 
 
 class FastKernel:
@@ -91,7 +73,7 @@ class FastKernel:
                 with _interpreter_lock:     # Triton's interpreter patches module state per launch
                     return self._slow(grid, args)
             return self._slow(grid, args)
-        key = tuple(map(_arg_key, args))
+        key = tuple(map(arg_key, args))
         dev = current_device()
         rec = getattr(_tls, "launches", None)
         if rec is not None:
@@ -214,32 +196,30 @@ def _exact(mode, launches: list, a, b, c):
         return None
     fk, grid, args, _, ck, _ = plain
     rest = tuple(fk._full(args)[3:])
-    function, packed = ck.function, ck.packed_metadata
     g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
-    direct = _adapter.c_launch(ck)
-    if direct is not None and not direct[3]:
-        launch, coop, pdl, _ = direct
+    bound = _adapter.bind_compiled(ck)
+    if bound is not None and not bound.scratch_bytes:
+        launch, head = bound.launch, bound.head
 
         def go(stream: int, pa: int, pb: int, pc: int) -> None:
-            launch(g0, g1, g2, stream, function, coop, pdl, None, None, packed, None, None, None, pa, pb, pc, *rest)
+            launch(g0, g1, g2, stream, *head, pa, pb, pc, *rest)
         return go
-    if direct is not None and not direct[2]:
+    if bound is not None and not bound.pdl:
         # a kernel with global scratch (device-side TMA descriptors): Triton's launcher allocates it on
         # every call; here one buffer serves the stream the signature was bound on (launches on one
-        # stream run one after another -- not with programmatic dependent launch, hence not direct[2] --
+        # stream run one after another -- not with programmatic dependent launch, hence not pdl --
         # so they can share it) and any other stream takes Triton's path
-        launch, coop, pdl, nbytes = direct
-        home, scratch = current_stream(), _scratch(g0 * g1 * g2 * nbytes)
+        home, scratch = current_stream(), _scratch(g0 * g1 * g2 * bound.scratch_bytes)
         if scratch is None:          # a capture under way: Triton's launcher allocates it per call
             def go(stream: int, pa: int, pb: int, pc: int) -> None:
                 ensure_allocator()
                 _adapter.run_compiled(ck, g0, g1, g2, stream, (pa, pb, pc) + rest)
             return go
+        launch, head = bound.launch, bound.head_with(scratch)
 
         def go(stream: int, pa: int, pb: int, pc: int) -> None:
             if stream == home:
-                launch(g0, g1, g2, stream, function, coop, pdl, scratch, None, packed, None, None, None,
-                       pa, pb, pc, *rest)
+                launch(g0, g1, g2, stream, *head, pa, pb, pc, *rest)
             else:
                 ensure_allocator()
                 _adapter.run_compiled(ck, g0, g1, g2, stream, (pa, pb, pc) + rest)
@@ -301,7 +281,7 @@ class ClassLaunch:
     compiles, and later calls take the bound path.
 
     Immutable once built but for two caches that only fill (and ``_memo`` starts again when
-    full): specialisation -> C launch, and sizes -> (C launch, grid)."""
+    full): specialisation -> its ``BoundLaunch``, and sizes -> (``BoundLaunch``, grid)."""
 
     MEMO = 4096
 
@@ -358,39 +338,39 @@ class ClassLaunch:
             hit = self._learn(sizes, env)
             if hit is None:
                 return False
-        launch, coop, pdl, nbytes, function, packed, g0, g1 = hit
-        scratch = None
-        if nbytes:
+        bound, g0, g1 = hit
+        head = bound.head
+        if bound.scratch_bytes:
             if stream != self.home:
                 return False
-            scratch = self._scratch(g0 * g1 * nbytes)
+            scratch = self._scratch(g0 * g1 * bound.scratch_bytes)
             if scratch is None:
                 return False
-        launch(g0, g1, 1, stream, function, coop, pdl, scratch, None, packed, None, None, None,
-               *self.pick(env), *self.tail)
+            head = bound.head_with(scratch)
+        bound.launch(g0, g1, 1, stream, *head, *self.pick(env), *self.tail)
         return True
 
     def _learn(self, sizes: tuple, env: tuple):
-        """(C launch..., grid) for these sizes where the kernel has compiled their specialisation
+        """(``BoundLaunch``, grid) for these sizes where the kernel has compiled their specialisation
         and the grid is launchable; else None."""
-        ikey = tuple(map(_int_key, sizes[:-1]))
+        ikey = tuple(map(int_key, sizes[:-1]))
         known = self._known.get(ikey)
         if known is None:
             full, it, rest = [], iter(ikey), iter(self.fixed_key)
             for i in range(len(self.fk._slots)):
                 full.append(next(it) if i in self.where else next(rest))
             ck = self.fk.cache.get((self.dev, tuple(full)))
-            direct = _adapter.c_launch(ck) if ck is not None else None
-            if direct is None or (direct[3] and direct[2]):      # scratch shared under PDL: not bound
+            bound = _adapter.bind_compiled(ck) if ck is not None else None
+            if bound is None or (bound.scratch_bytes and bound.pdl):      # scratch shared under PDL: not bound
                 return None
-            known = self._known[ikey] = (*direct, ck.function, ck.packed_metadata)
+            known = self._known[ikey] = bound
         g = self.grid(env[3], env[4], env[-1])
         g1 = g[1] if self.batched else 1
         if g1 > MAX_GRID_YZ:
             return None
         if len(self._memo) >= self.MEMO:
             self._memo.clear()
-        hit = self._memo[sizes] = (*known, g[0], g1)
+        hit = self._memo[sizes] = (known, g[0], g1)
         return hit
 
     def _scratch(self, nbytes: int):
@@ -427,8 +407,8 @@ def _replay_steps(launches: list, a, b, c):
     steps, private = [], {}
     for fk, grid, args, key, dev in launches:
         ck = fk.cache.get((dev, key))
-        direct = _adapter.c_launch(ck) if ck is not None and fk.direct else None
-        if direct is None or direct[2]:
+        bound = _adapter.bind_compiled(ck) if ck is not None and fk.direct else None
+        if bound is None or bound.pdl:
             return None
         full = fk._full(args)
         slots = []
@@ -450,13 +430,13 @@ def _replay_steps(launches: list, a, b, c):
             elif v is not None and not isinstance(v, (int, float, bool, str)):
                 return None                # a host-side descriptor or another object: not replayable
         g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
-        scratch = _scratch(g0 * g1 * g2 * direct[3]) if direct[3] else None   # device-side descriptors
-        if direct[3] and scratch is None:
+        per_program = bound.scratch_bytes
+        scratch = _scratch(g0 * g1 * g2 * per_program) if per_program else None   # device-side descriptors
+        if per_program and scratch is None:
             return None
         if scratch is not None:
             private[scratch.data_ptr()] = scratch
-        steps.append((direct[0], direct[1], g0, g1, g2, ck.function, ck.packed_metadata, full, tuple(slots),
-                      scratch))
+        steps.append((bound.launch, bound.head_with(scratch), g0, g1, g2, full, tuple(slots)))
     nbytes = sum(t.untyped_storage().nbytes() for t in private.values())
     with _kept_lock:                   # check and add at once: threads binding together stay under the cap
         if _kept_bytes + nbytes > MAX_KEPT_BYTES:
@@ -469,11 +449,11 @@ def _replay_steps(launches: list, a, b, c):
         if stream != home:
             return False
         ptr = (pa, pb, pc)
-        for launch, coop, g0, g1, g2, function, packed, full, slots, scratch in steps:
+        for launch, head, g0, g1, g2, full, slots in steps:
             args = full[:]             # a copy: threads may replay one signature at once
             for i, role in slots:
                 args[i] = ptr[role]
-            launch(g0, g1, g2, stream, function, coop, False, scratch, None, packed, None, None, None, *args)
+            launch(g0, g1, g2, stream, *head, *args)
         return True
     return go
 

@@ -366,11 +366,11 @@ def bind(record: list):
     with the recorded sizes and strides, no specialisation key computed. None where it cannot be:
     several launches, direct launches off (``_adapter``), a kernel not compiled by that launch."""
     from ... import _adapter
-    from .fastlaunch import _arg_key, current_device
+    from .fastlaunch import current_device
     if len(record) != 1 or not _adapter.triton_direct():
         return None
     fk, grid, args = record[0]
-    ck = fk.cache.get((current_device(), tuple(map(_arg_key, args))))     # (compiled kernels are per device)
+    ck = fk.cache.get((current_device(), tuple(map(_adapter.arg_key, args))))     # (compiled kernels are per device)
     if ck is None or not fk.direct:
         return None
     g0 = grid[0]

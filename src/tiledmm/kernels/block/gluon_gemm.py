@@ -71,6 +71,7 @@ import threading
 import warnings
 
 from ... import _adapter, _device
+from ..._adapter import int_key
 from ..._arrays import TiledmmError
 from .fastlaunch import current_stream, keep
 from .gluon_model import (  # noqa: F401  (the kernel's model, re-exported: gluon_gemm is its one door)
@@ -126,11 +127,6 @@ def _source_key() -> str:
     import hashlib
     from pathlib import Path
     return "gluon_kernel.py:" + hashlib.sha256(Path(__file__).with_name("gluon_kernel.py").read_bytes()).hexdigest()
-
-
-def _int_key(v: int) -> int:
-    """What Triton specialises an integer parameter on: 64-bit, == 1, divisible by 16."""
-    return (0 if -2 ** 31 <= v < 2 ** 31 else 4) + (1 if v == 1 else (2 if v % 16 == 0 else 0))
 
 
 def _check_epilogue(bias, bias_mode, act, M: int, N: int, c) -> None:
@@ -230,12 +226,12 @@ _warned = False
 
 
 class _Bound:
-    """One specialisation's CompiledKernel, launched through its C launch: the descriptors'
-    arguments from ``_descs``, sizes, pointers and the grid from the call. Immutable."""
+    """One specialisation's CompiledKernel, launched through its C launch (``td``: the adapter's
+    ``TensorDescLaunch``): the descriptors' arguments from ``_descs``, sizes, pointers and the grid
+    from the call. Immutable."""
 
     def __init__(self, td, config: dict, sms: int, a_t: bool, b_t: bool, consts: tuple):
-        self.launch, self.coop, self.pdl, self.expand = td.launch, td.cooperative, td.pdl, td.expand
-        self.function, self.packed = td.function, td.packed
+        self.td, self.expand = td, td.expand
         self.bm, self.bn, self.split = config["BLOCK_M"], config["BLOCK_N"], config.get("SPLIT_K", 1)
         self.bk, self.tail = config["BLOCK_K"], config.get("TAIL", 0)
         self.sms, self.a_t, self.b_t, self.consts = sms, a_t, b_t, consts
@@ -263,13 +259,14 @@ class _Bound:
         stream = current_stream()
         grid, args, hold, _ = self.args(a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K, sa, sb, sc,
                                         bias.data_ptr(), sbias, alpha, beta, dev, stream, batch, steps)
-        self.launch(grid, 1, 1, stream, *args)
+        td = self.td
+        td.launch(grid, 1, 1, stream, *td.head, *args)
         del hold        # a fresh workspace: held until its launch is queued (args has its address only)
 
     def args(self, pa: int, pb: int, pc: int, M, N, K, sa, sb, sc, pbias: int, sbias, alpha, beta, dev,
              stream: int | None = None, batch: int = 1, steps: tuple = (0, 0, 0)) -> tuple:
-        """(grid, the C launch's arguments after the stream, a tensor to hold or None, the stream they are
-        bound to or None) of one call. A split launch (SPLIT_K, or TAIL with a partial wave to split) takes
+        """(grid, the kernel's arguments (descriptors expanded), a tensor to hold or None, the stream they
+        are bound to or None) of one call. A split launch (SPLIT_K, or TAIL with a partial wave to split) takes
         ``stream``'s counters and its workspace (``_workspace``: the stream's kept one, or a fresh one returned
         for the caller to hold until the launch is queued), so its arguments are the stream's; the others'
         depend on nothing but the call's values (a class launch may keep either: ``_ClassLaunch``).
@@ -289,8 +286,7 @@ class _Bound:
             on = stream
         else:
             ws, cnt = _SCRATCH.get(dev) or _scratch(dev, 0, 0)
-        return min(self.sms, units), (self.function, self.coop, self.pdl, None, None, self.packed, None, None, None,
-                                      *ea, *eb, *ec, pc, sc[0], pbias, sbias, ws.data_ptr(), cnt.data_ptr(),
+        return min(self.sms, units), (*ea, *eb, *ec, pc, sc[0], pbias, sbias, ws.data_ptr(), cnt.data_ptr(),
                                       M, N, K, batch, *steps, tail_at, tail_split, alpha, beta, *self.consts), \
             hold, on
 
@@ -322,7 +318,7 @@ class _ClassLaunch:
         self.specs = specs      # a TAIL config's two specialisations: (split, plain twin)
         self.by_shape = by_shape    # (kind, output element size, reg, the specs' part after the config)
         self.sizes: dict = {}       # by_shape: (M, N, K, batch) -> its _Bound
-        self.ready: dict = {}       # env -> (C launch, grid, arguments) of an unsplit launch made before
+        self.ready: dict = {}       # env -> (C launch, grid, its arguments after the stream, stream or None)
 
     def __call__(self, stream: int, env: tuple) -> bool:
         ready = self.ready.get(env)
@@ -330,7 +326,7 @@ class _ClassLaunch:
             ready[0](ready[1], 1, 1, stream, *ready[2])                      # split launch: on this stream)
             return True
         pa, pb, pc, M, N, K, sab, sam, sak, sbb, sbk, sbn, scb, scm, scn, alpha, beta, batch = env
-        if scn != 1 or _int_key(scm) != self.c_key or (beta != 0.0, alpha == 1.0) != self.flags \
+        if scn != 1 or int_key(scm) != self.c_key or (beta != 0.0, alpha == 1.0) != self.flags \
                 or max(M, N, K) >= 2 ** 31 or _order_of((M, K), (sam, sak)) != self.a \
                 or _order_of((K, N), (sbk, sbn)) != self.b:
             return False
@@ -355,11 +351,12 @@ class _ClassLaunch:
             return False
         grid, args, hold, on = bound.args(pa, pb, pc, M, N, K, (sam, sak), (sbk, sbn), (scm, scn), pc, 0, alpha,
                                           beta, self.dev, stream, batch, steps)
+        td = bound.td
         if hold is None:    # (not a fresh workspace, made for this call only)
             if len(self.ready) >= MAX_READY:
                 self.ready = {}
-            self.ready[env] = (bound.launch, grid, args, on)
-        bound.launch(grid, 1, 1, stream, *args)
+            self.ready[env] = (td.launch, grid, td.head + args, on)
+        td.launch(grid, 1, 1, stream, *td.head, *args)
         return True
 
     def _sized(self, M: int, N: int, K: int, batch: int = 1) -> _Bound | None:
@@ -458,7 +455,7 @@ def _plain_unless_split(config: dict, M: int, N: int, K: int, sms: int, batch: i
 def _spec(config, a, c, bias, bias_mode, act, alpha, beta, a_t, b_t, stride_cm, sbias, biggest, dev, sms) -> tuple:
     """What one compiled and bound specialisation stands for (the key of ``_bound``)."""
     return (tuple(config.items()), a.dtype, c.dtype, bias.dtype, bias.data_ptr() % 16 == 0, bias_mode, act,
-            beta != 0.0, alpha == 1.0, a_t, b_t, _int_key(stride_cm), _int_key(sbias), biggest >= 2 ** 31, dev, sms)
+            beta != 0.0, alpha == 1.0, a_t, b_t, int_key(stride_cm), int_key(sbias), biggest >= 2 ** 31, dev, sms)
 
 
 def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
@@ -483,7 +480,7 @@ def class_launch(a, b, c, alpha=1.0, beta=0.0, *, precision, config=None):
     if not isinstance(bound, _Bound):
         return None
     sized = (_DTYPES[str(a.dtype)], c.element_size(), reg, specs[0][1:]) if by_shape else None
-    return _ClassLaunch(bound, a_t, b_t, _int_key(c.stride(0)), (beta != 0.0, alpha == 1.0), dev, tuple(specs),
+    return _ClassLaunch(bound, a_t, b_t, int_key(c.stride(0)), (beta != 0.0, alpha == 1.0), dev, tuple(specs),
                         sized)
 
 
