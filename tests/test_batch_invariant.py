@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 from tiledmm.kernels.block import heuristics as H  # noqa: E402
 from tiledmm.kernels.block import invariant  # noqa: E402
-from tiledmm.kernels.block import matmul as bm  # noqa: E402
+from tiledmm.kernels.block import dispatch as bm  # noqa: E402
 from tiledmm.kernels.block import variants as V  # noqa: E402
 
 DEV = "cuda" if GPU else "cpu"

@@ -89,7 +89,7 @@ def test_odd_rows_configs_only_where_rows_are_not_aligned(monkeypatch):
     """splitk's ODD_ROWS config (many small programs, for 16-bit rows loaded element by element) is a
     candidate for a product whose rows are not 16-byte aligned, never for one whose rows are; for
     127 x 8191 x 127 it is the 64-row candidate (it timed 13.7 us there on the H100, 64 x 128 43 us)."""
-    from tiledmm.kernels.block import matmul as bm, variants as VV
+    from tiledmm.kernels.block import dispatch as bm, variants as VV
     monkeypatch.setattr(bm, "emulating", lambda: False)
     assert any(c.get("ODD_ROWS") for c in splitk.CONFIGS["16bit"])
     for aligned in (True, False):
@@ -260,7 +260,7 @@ def _swap_configs(prec, tiny):
 @pytest.mark.parametrize("dtype,prec", CASES)
 @pytest.mark.parametrize("M,K,N", [(1, 37, 20), (33, 70, 45), (5, 1, 17)])
 def test_swapped_product_interpreter(dtype, prec, M, K, N):
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     gen = torch.Generator().manual_seed(M * 7 + K + N)
     for alpha, beta in [(1.0, 0.0), (-0.75, 1.5)]:
         a, b, c = _operands(gen, (M, K), (K, N), (M, N), dtype, beta)
@@ -274,7 +274,7 @@ def test_swapped_product_interpreter(dtype, prec, M, K, N):
 
 def test_few_row_configs_offered_only_for_few_rows(monkeypatch):
     from tiledmm.kernels.block import configs as C
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     from tiledmm.kernels.block import variants as VV
     monkeypatch.setattr(BM, "emulating", lambda: False)   # the GPU's tables (16-bit, the H100's shared memory)
     few = BM._configs(VV.BLOCKED, "16bit", 2, 2, H.H100, rows=32)
@@ -288,7 +288,7 @@ def test_few_row_configs_offered_only_for_few_rows(monkeypatch):
 @pytest.mark.parametrize("M,K,N", [(1, 1024, 4096), (32, 777, 1234), (257, 520, 1000)])
 def test_swapped_product_gpu(dtype, prec, M, K, N):
     from tiledmm.kernels.block import configs as C
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     gen = torch.Generator().manual_seed(M + K + N)
     for alpha, beta in [(1.0, 0.0), (0.5, 2.0)]:
         a, b, c = _operands(gen, (M, K), (K, N), (M, N), dtype, beta)

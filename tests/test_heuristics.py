@@ -10,7 +10,7 @@ import torch
 from tiledmm import _backend, tuning
 from tiledmm.registry import shape_class
 from tiledmm.kernels.block import heuristics as H
-from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import dispatch as bm
 from tiledmm.kernels.block import variants as V
 
 CHOICES = Path(__file__).resolve().parent / "data" / "h100_tuner_choices.json"

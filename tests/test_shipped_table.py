@@ -9,7 +9,7 @@ from tiledmm import _backend, api, tuning
 from tiledmm.analysis.device import properties
 from tiledmm.kernels.block import configs as C
 from tiledmm.kernels.block import heuristics as H
-from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import dispatch as bm
 from tiledmm.kernels.block import shipped
 from tiledmm.kernels.block import variants as V
 

@@ -9,7 +9,7 @@ import torch
 import tiledmm
 from tiledmm import _adapter
 from tiledmm.kernels.block import fastlaunch, shortpath
-from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import dispatch as bm
 from tiledmm.kernels.block import variants as V
 
 from .standins import Compiled, Launcher, direct_launches
@@ -209,7 +209,7 @@ def test_class_key_separates_what_the_plan_key_separates():
     share a shape class but not 128-byte rows (plan_key's rows128 field: the Gluon kernel's
     speed), so one's bound launch must never serve the other."""
     import torch
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     from tiledmm.kernels.block.shortpath import _class_key
 
     def keys(n):

@@ -8,7 +8,7 @@ strides, alignment, alpha/beta form) and the nearest shape class -- at most one 
 in each of M, N and K -- where that entry's variant can run the call and its config fits the
 device; else the model picks. Precedence: the tuning store (your own ``tiledmm tune`` /
 ``TILEDMM_TUNE=on`` choices) > timing (``TILEDMM_TUNE=on``) > this table > the model. Except: large
-16-bit products the Gluon kernel takes are the model's (``matmul._gluon_owns``); an entry naming
+16-bit products the Gluon kernel takes are the model's (``dispatch.RULES``); an entry naming
 ``tma-copy`` for a call with nothing to copy is taken as ``tma``.
 ``TILEDMM_TABLE=off`` turns the table off (the model alone).
 
@@ -42,7 +42,7 @@ def slug(gpu_name: str) -> str:
 
 
 def split_key(key: tuple) -> tuple[str, tuple]:
-    """A plan key (``matmul.plan_key``) as (layout key, shape class): every field but the class
+    """A plan key (``dispatch.plan_key``) as (layout key, shape class): every field but the class
     (index 10) and the device index (last) joined as text, and the class."""
     return "|".join(str(x) for i, x in enumerate(key[:-1]) if i != 10), tuple(key[10])
 

@@ -15,7 +15,7 @@ strides and grid per call (any new M of a seen class: no Python planning, no new
 for the others an exact-signature bound launch (``fastlaunch.replay``) per signature.
 
 A first call on torch tensors walks: ``api.matmul`` -> ``api._matmul`` (checks) ->
-``TorchPlan.__call__`` -> ``TorchPlan._bind`` -> ``block.matmul.resolved`` (the pick) ->
+``TorchPlan.__call__`` -> ``TorchPlan._bind`` -> ``block.dispatch.resolved`` (the pick) ->
 ``fastlaunch.bind`` -> the variant's launch -> ``FastKernel`` -> Triton; a repeat call:
 ``api.matmul`` -> ``TorchPlan.__call__`` -> ``ClassLaunch`` -> the C launch.
 """
@@ -28,8 +28,8 @@ import numpy as np
 from ... import _adapter, invariance
 from ..._arrays import dtype_name, to_torch
 from . import fastlaunch
-from . import matmul as dispatcher
-from .matmul import check_precision
+from . import dispatch as dispatcher
+from .dispatch import check_precision
 
 MAX_SIGNATURES = 512     # bound launches a plan keeps (then it starts again)
 
