@@ -20,7 +20,6 @@ from typing import Callable
 from ... import invariance, tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating
-from ...registry import shape_class
 from ...timing import device_and_host, rotation_for
 from . import check_precision
 from . import configs as C
@@ -67,11 +66,43 @@ def _rows128(a, b, c) -> bool:
     return all((s * e) % 128 == 0 for t in (a, b, c) for s in t.stride()[-2:] if s != 1)
 
 
+def class_key(index, sa, sb, st_a, st_b, st_c, pa: int, pb: int, pc: int, m: int, alpha, beta) -> tuple:
+    """A call's *class*, from the values the short path holds (shapes ``sa``, ``sb``, strides, data
+    pointers, ``m`` = 16 // A's element size): device index, ranks, bit lengths of M, N, K, which of the
+    six strides of the last two dimensions are unit, each stride modulo 16 bytes, each pointer's 16-byte
+    residue, alpha == 1, beta == 0, whether every stride that is not unit is a multiple of 128 bytes
+    (``m << 3`` elements). The short path keys its bound launches by it (a compiled kernel's
+    specialisation depends on the residues); ``plan_key`` is computed from it (``plan_of``), so one
+    class is one plan key, one choice, by construction."""
+    r = m << 3
+    return (index, len(sa), len(sb), sa[-2].bit_length(), sb[-1].bit_length(), sa[-1].bit_length(),
+            st_a[-2] == 1, st_a[-1] == 1, st_b[-2] == 1, st_b[-1] == 1, st_c[-2] == 1, st_c[-1] == 1,
+            st_a[-2] % m, st_a[-1] % m, st_b[-2] % m, st_b[-1] % m, st_c[-2] % m, st_c[-1] % m,
+            pa & 15, pb & 15, pc & 15, alpha == 1, beta == 0,
+            (st_a[-2] == 1 or st_a[-2] % r == 0) and (st_a[-1] == 1 or st_a[-1] % r == 0)
+            and (st_b[-2] == 1 or st_b[-2] % r == 0) and (st_b[-1] == 1 or st_b[-1] % r == 0)
+            and (st_c[-2] == 1 or st_c[-2] % r == 0) and (st_c[-1] == 1 or st_c[-1] % r == 0))
+
+
+def plan_of(a_dtype, c_dtype, precision: str, cls: tuple) -> tuple:
+    """The plan key of a call of class ``cls`` (``class_key``) with these dtypes and precision: the dtypes,
+    precision, ranks, which strides are unit (A's, B's two, C's inner), whether every base and every stride
+    that is not unit is 16-byte aligned (TMA's rule), the shape class (``registry.shape_class``'s log2
+    buckets: bit length less one), alpha == 1, beta == 0, whether those strides are multiples of 128 bytes
+    (the Gluon kernel's loads: heuristics.gluon_speed), the device index."""
+    (index, nda, ndb, bits_m, bits_n, bits_k, am1, ak1, bk1, bn1, cm1, cn1, am, ak, bk, bn, cm, cn,
+     pa, pb, pc, alpha1, beta0, rows128) = cls
+    aligned = not (pa | pb | pc) and (am1 or not am) and (ak1 or not ak) and (bk1 or not bk) \
+        and (bn1 or not bn) and (cm1 or not cm) and (cn1 or not cn)
+    return (a_dtype, c_dtype, precision, nda, ndb, ak1, bn1, bk1, cn1, aligned,
+            (max(bits_m - 1, 0), max(bits_n - 1, 0), max(bits_k - 1, 0)), alpha1, beta0, rows128, index)
+
+
 def plan_key(a, b, c, precision: str, alpha: float, beta: float) -> tuple:
-    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-    return (a.dtype, c.dtype, precision, a.dim(), b.dim(), a.stride(-1) == 1, b.stride(-1) == 1,
-            b.stride(-2) == 1, c.stride(-1) == 1, _aligned(a, b, c), shape_class(M, N, K),
-            alpha == 1.0, beta == 0.0, _rows128(a, b, c), index_of(c))
+    """The call's plan key (``plan_of`` its class): what its launch is chosen by, once."""
+    return plan_of(a.dtype, c.dtype, precision,
+                   class_key(index_of(c), a.shape, b.shape, a.stride(), b.stride(), c.stride(), a.data_ptr(),
+                             b.data_ptr(), c.data_ptr(), max(1, 16 // a.element_size()), alpha, beta))
 
 
 def launch(a, b, c, *, precision: str, alpha: float = 1.0, beta: float = 0.0, variant: str | None = None,
