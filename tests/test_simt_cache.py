@@ -209,7 +209,7 @@ def test_the_tables_fastest_is_the_default_once_its_kernel_is_on_disk(monkeypatc
     c = torch.empty(45, 70, device=dev)
     entry_cfg, fast_cfg = C.EMULATION_CHOICES
     on_disk = []
-    slow = dataclasses.replace(V.BLOCKED, name="blocked-jit", configs=lambda kind: [fast_cfg],
+    slow = dataclasses.replace(V.BLOCKED, kernel="blocked-jit", configs=lambda kind: [fast_cfg],
                                traits=dataclasses.replace(V.BLOCKED.traits, compiles_per_process=True),
                                emulation=(), on_disk=lambda cfg, a, b, c: bool(on_disk))
     monkeypatch.setattr(V, "ALL", [*V.ALL, slow])
