@@ -21,6 +21,27 @@ torch tensors on the kernels' device with any strides (``tma`` takes fewer, see 
 Everything the dispatcher and the no-timing model need to know of a variant is an attribute
 of its ``Variant`` (``traits`` for the model, ``few_rows``, ``splits_batch``, ``emulation``,
 ``own_config``, ``epilogue``): the dispatcher never tests a variant's name.
+
+Each variant is kept because something picks it (``scripts/variant_picks.py``: the shipped H100
+table's 338 entries over every layout it holds; the no-timing default's picks -- rules > table >
+model -- and the model's alone over tiledmm.bench's square, irregular, transformer and llm suites,
+80 shapes x bf16, fp16, tf32, fp32 = 320, on a stand-in H100, and on a stand-in A100):
+
+    variant          table  default  model  A100   kept because
+    gluon-ws           155      186    151     0   16-bit and tf32 products on Hopper (the rules' own)
+    splitk              89       86     81    91   few output tiles and deep K; 77 of 80 exact fp32 shapes
+    blocked             39       37     36   188   any strides, any GPU; 16-bit products of 1-32 rows
+    tma                 17        2     24     0   exact fp32 on Hopper (every pick of it is fp32)
+    tma-copy            27        4      3     0   rows not 16-byte aligned (4097 x 4093 x 4095)
+    tma-kmajor           8        5     23     0   tf32 with a row-major B at 8192 rows (Hopper)
+    splitk-kmajor        3        0      2     3   tf32, row-major B, few output tiles (127 x 8191 x 127)
+    blocked-kmajor       0        0      0    38   tf32 with a row-major B off Hopper
+    simt-async           0        0      0     0   timed fastest in 26 exact-fp32 entries (``fastest``):
+                                                    the default takes it where its kernel is on disk
+    batched-small        0        0      0     0   batches of tiny products (no suite has them):
+                                                    1.27-7.31x torch from 10,000 products of up to 32^3
+    tma-kcache           -        -      -     -   opt-in (a reused weight's K-major copy kept):
+                                                    4096^3 tf32 0.97-1.07x torch vs 0.74-0.77x copying
 """
 from __future__ import annotations
 
