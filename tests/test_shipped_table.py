@@ -390,3 +390,21 @@ def test_the_rules_are_a_table_that_decides_as_the_branches_did():
         assert left_out == (frozenset({gl.variant.name}) if batch > 1 and pick is None else frozenset()), p
         owned += pick is not None
     assert 100 < owned < 2900
+
+
+def test_the_first_source_that_answers_decides(fresh, monkeypatch):
+    """dispatch.SOURCES, in order: a source that answers None passes the choice on, the first name given
+    is the plan's and its source is recorded as the choice's."""
+    assert bm.SOURCES == ("store", "timed", "rules", "table", "model")
+    a, b, c = _call(45, 21, 70)
+    names = [cd.name for cd in bm.candidates(a, b, c, "ieee", 1.0, 0.0)]
+    assert len(names) >= 2
+    for i, source in enumerate(bm.SOURCES):
+        for j, other in enumerate(bm.SOURCES):
+            answer = names[j % len(names)] if j >= i else None
+            monkeypatch.setattr(bm._Sources, other, lambda self, n=answer: n)
+        _forget()
+        bm.forget_choices()
+        ch = _chosen(a, b, c)
+        assert ch["source"] == source, (source, ch)
+        assert bm.candidate_name(ch["variant"], ch["config"]) == names[i % len(names)], (source, ch)

@@ -39,6 +39,10 @@ from ._vcommon import device, index_of, kind_of
 from .policies import AS_IS, variant_name
 
 VARIANTS = tuple(V.BY_NAME)
+# Where a new plan key's launch comes from: the first of these with an answer (``_Sources``' methods of
+# these names) wins; the model always has one. A forced variant= or config= comes before them all
+# (``launch`` runs it without a plan).
+SOURCES = ("store", "timed", "rules", "table", "model")
 
 _plans: dict[tuple, Callable] = {}   # written under _lock; read without (a dict read is atomic)
 _lock = threading.RLock()
@@ -345,16 +349,12 @@ def untimed_choices(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, o
     return owned or model, table
 
 
-# -- the precedence: where a new plan key's launch comes from -----------------------------------------
-# The first source with an answer wins; the model always has one. (A forced variant= or config= comes
-# before them all: ``launch`` runs it without a plan.)
-SOURCES = ("store", "timed", "rules", "table", "model")
-
+# -- the precedence: where a new plan key's launch comes from (SOURCES) --------------------------------
 
 class _Sources:
     """A new plan key's sources (``SOURCES``), each a method answering a candidate's name or None. The
     untimed answers are found first: the shipped table's entry joins the candidates the store and the
-    timing take (``untimed_choices``)."""
+    timing take (``_untimed``)."""
 
     def __init__(self, key: tuple, a, b, c, precision, alpha, beta, passes: int):
         import torch
@@ -374,7 +374,7 @@ class _Sources:
 
     def timed(self) -> str | None:
         """With TILEDMM_TUNE=on (and not during a CUDA-graph capture), the fastest candidate timed on the
-        caller's operands, remembered in the store."""
+        caller's operands, remembered in the store; None where nothing was timed."""
         return tuning.choose(self.tkey, {n: self._timer(cd) for n, cd in self.options.items()}, None,
                              timeable=not self.capturing)
 

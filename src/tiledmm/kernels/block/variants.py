@@ -104,7 +104,7 @@ class Variant:
     invariant: Callable[[list], list] | None = None
     # on_disk(config, a, b, c) -> whether a variant whose traits say ``compiles_per_process`` has this call's
     # kernel compiled on disk already (a first call loads it in milliseconds): the no-timing default may then
-    # take it where the shipped table timed it fastest (matmul._shipped_pick)
+    # take it where the shipped table timed it fastest (dispatch._shipped_pick)
     on_disk: Callable[..., bool] | None = None
     # how the kernel is given its operands (policies.py)
     policy: str = AS_IS
@@ -284,7 +284,7 @@ def from_module(mod) -> Variant:
 # through the plan (torch 21) where the short path calls the variant's launch each
 # time: its class launch (gluon_gemm.class_launch) now takes the bound specialisation directly, 15-18 us
 # (torch 17; H100), so the model and the tuner count its repeat calls as bound
-# (matmul._repeats_bound): host_us below is the floor only where a call is not (CuPy, numba arrays). Its host
+# (dispatch._repeats_bound): host_us below is the floor only where a call is not (CuPy, numba arrays). Its host
 # floor is the worst of those in the model's units (the model's GPU times assume the tensor cores' peak;
 # the kernels reach ~0.79 of it: 27.4 x 0.79 = 22). Fused epilogue (bias, activation). Never in
 # the interpreter (Gluon does not run there). Listed last: where the model ties it with an earlier
