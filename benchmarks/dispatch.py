@@ -192,7 +192,7 @@ def child_replay(dtypes: list[str], suites: list[str], quick: bool, choices_path
     from tiledmm import tuning
     from tiledmm.harness import rotation_for
     from tiledmm.kernels.block import heuristics as H
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     from tiledmm.timing import time_calls
     choices = json.loads(Path(choices_path).read_text())
     default, timed = choices.get("default", {}), choices.get("timed", {})
@@ -366,7 +366,7 @@ def parse_args(argv=None):
 
 def _self_check() -> None:
     """parse_choice reads back what the dispatcher writes (the replay binds recorded choices by name)."""
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     cfg = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "EPI_SPLIT": 2, "WS": False, "num_stages": 3}
     variant, got = parse_choice(bm.candidate_name("gluon-ws", cfg))
     assert variant.name == "gluon-ws" and got == cfg and type(got["WS"]) is bool, (variant, got)

@@ -6,7 +6,7 @@
     compute-sanitizer --tool racecheck python3 benchmarks/sanitize_block.py --small    # the smallest shapes
 
 Each run is ``tiledmm.matmul(a, b, kernel="triton", variant=V, precision=P, out=c, alpha=, beta=,
-config=)`` on torch CUDA tensors, for every variant in ``kernels.block.matmul.VARIANTS``, float32
+config=)`` on torch CUDA tensors, for every variant in ``kernels.block.dispatch.VARIANTS``, float32
 (ieee, tf32), bfloat16 and float16, on shapes (M x K x N) that exercise the masks (131x77x203),
 16-byte aligned ones the TMA variants take (256x192x320; with B K-major too, which tf32's TMA
 needs), transposed operands, few tiles with a long K (split-K splits), a batch and a broadcast
@@ -158,7 +158,7 @@ def main(argv=None) -> int:
     import tiledmm
     from tiledmm import _backend
     from tiledmm.harness import cuda_alive
-    from tiledmm.kernels.block.matmul import VARIANTS
+    from tiledmm.kernels.block.dispatch import VARIANTS
     if _backend.emulating():
         print("sanitize_block: no GPU (emulation): nothing to sanitize", file=sys.stderr)
         return 2

@@ -508,8 +508,8 @@ def set_sm_margin(m: int) -> str:
         from tiledmm.kernels.block import _vcommon
         _vcommon._sm_margin.cache_clear()
         reset.append("margin")
-        from tiledmm.kernels.block import matmul
-        matmul._forget_plans()
+        from tiledmm.kernels.block import dispatch
+        dispatch._forget_plans()
         reset.append("plans")
         try:
             from tiledmm.kernels.block import gluon_gemm
@@ -844,8 +844,8 @@ def main():
     del A, B
     if rank == 0:
         try:
-            import tiledmm.kernels.block.matmul as block_matmul
-            R["doc"]["local_launches"] = str(block_matmul.plans())
+            import tiledmm.kernels.block.dispatch as block_dispatch
+            R["doc"]["local_launches"] = str(block_dispatch.plans())
         except Exception:         # noqa: BLE001
             pass
         R["doc"]["fits"] = {k: {"gbs": v.gbs, "lat_us": v.lat_us} for k, v in fits.items()}

@@ -64,7 +64,7 @@ def _operand(torch, batch, rows, cols, transposed, dt):
 def worker(args) -> None:
     """Launch every candidate of this worker's share of the classes once (compiles them)."""
     import torch
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     points = [(d, lay, sh) for d, lay, _, shapes in jobs(args.suites.split(","), args.dtypes.split(","))
               for sh in shapes]
     for i, (d, lay, sh) in enumerate(points):

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 from tiledmm.kernels.block import heuristics as H  # noqa: E402
 from tiledmm.kernels.block import invariant  # noqa: E402
-from tiledmm.kernels.block import matmul as bm  # noqa: E402
+from tiledmm.kernels.block import dispatch as bm  # noqa: E402
 from tiledmm.kernels.block import variants as V  # noqa: E402
 
 DEV = "cuda" if GPU else "cpu"
@@ -94,7 +94,7 @@ def test_the_mode_ignores_the_store_the_table_tuning_and_the_normal_resolver(mon
     monkeypatch.setattr(bm, "_resolve", forbidden)
     monkeypatch.setattr(bm.tuning, "lookup", forbidden)
     monkeypatch.setattr(bm.shipped, "table_for", forbidden)
-    monkeypatch.setattr(bm, "_gluon_owns", forbidden)
+    monkeypatch.setattr(bm.R, "ruling", forbidden)
     invariant.forget()
     a = torch.randn(9, 20, device=DEV)
     b = torch.randn(20, 12, device=DEV)

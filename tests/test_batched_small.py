@@ -20,7 +20,7 @@ from tiledmm import TiledmmError  # noqa: E402
 from tiledmm.kernels.block import _vcommon as V  # noqa: E402
 from tiledmm.kernels.block import batched_small as BS  # noqa: E402
 from tiledmm.kernels.block import heuristics as H  # noqa: E402
-from tiledmm.kernels.block import matmul as bm  # noqa: E402
+from tiledmm.kernels.block import dispatch as bm  # noqa: E402
 from tiledmm.kernels.block import variants  # noqa: E402
 
 DEV = "cuda" if GPU else "cpu"

@@ -89,7 +89,7 @@ def test_odd_rows_configs_only_where_rows_are_not_aligned(monkeypatch):
     """splitk's ODD_ROWS config (many small programs, for 16-bit rows loaded element by element) is a
     candidate for a product whose rows are not 16-byte aligned, never for one whose rows are; for
     127 x 8191 x 127 it is the 64-row candidate (it timed 13.7 us there on the H100, 64 x 128 43 us)."""
-    from tiledmm.kernels.block import matmul as bm, variants as VV
+    from tiledmm.kernels.block import dispatch as bm, variants as VV
     monkeypatch.setattr(bm, "emulating", lambda: False)
     assert any(c.get("ODD_ROWS") for c in splitk.CONFIGS["16bit"])
     for aligned in (True, False):
@@ -184,11 +184,22 @@ def test_kmajor_cache_capacity():
     kmajor_cache.clear()
 
 
-def test_mark_written_moves_version():
+def test_mark_written_moves_version_while_the_kcache_holds_a_copy():
+    """Our kernels' writes move an output's version counter only while kmajor_cache (the opt-in KCACHE
+    policy) holds a copy it could make stale: with the cache empty an output's counter is torch's alone."""
+    kmajor_cache.clear()
     t = torch.zeros(3)
     v = t._version
     V.mark_written(t)
-    assert t._version > v
+    assert t._version == v and not kmajor_cache.holds_copies()
+    w = torch.randn(8, 8, device=DEV)
+    kmajor_cache.kmajor(w)
+    try:
+        assert kmajor_cache.holds_copies()
+        V.mark_written(t)
+        assert t._version > v
+    finally:
+        kmajor_cache.clear()
 
 
 # --- on the GPU: every variant with its own configs ----------------------------------------------
@@ -260,7 +271,7 @@ def _swap_configs(prec, tiny):
 @pytest.mark.parametrize("dtype,prec", CASES)
 @pytest.mark.parametrize("M,K,N", [(1, 37, 20), (33, 70, 45), (5, 1, 17)])
 def test_swapped_product_interpreter(dtype, prec, M, K, N):
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     gen = torch.Generator().manual_seed(M * 7 + K + N)
     for alpha, beta in [(1.0, 0.0), (-0.75, 1.5)]:
         a, b, c = _operands(gen, (M, K), (K, N), (M, N), dtype, beta)
@@ -274,7 +285,7 @@ def test_swapped_product_interpreter(dtype, prec, M, K, N):
 
 def test_few_row_configs_offered_only_for_few_rows(monkeypatch):
     from tiledmm.kernels.block import configs as C
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     from tiledmm.kernels.block import variants as VV
     monkeypatch.setattr(BM, "emulating", lambda: False)   # the GPU's tables (16-bit, the H100's shared memory)
     few = BM._configs(VV.BLOCKED, "16bit", 2, 2, H.H100, rows=32)
@@ -288,7 +299,7 @@ def test_few_row_configs_offered_only_for_few_rows(monkeypatch):
 @pytest.mark.parametrize("M,K,N", [(1, 1024, 4096), (32, 777, 1234), (257, 520, 1000)])
 def test_swapped_product_gpu(dtype, prec, M, K, N):
     from tiledmm.kernels.block import configs as C
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     gen = torch.Generator().manual_seed(M + K + N)
     for alpha, beta in [(1.0, 0.0), (0.5, 2.0)]:
         a, b, c = _operands(gen, (M, K), (K, N), (M, N), dtype, beta)
@@ -315,3 +326,64 @@ def test_transpose_into_gpu(dtype, R, C):
     assert km.stride(-2) == 1 and torch.equal(km, src)
     strided = src[:, ::2]   # a non-unit inner stride
     assert torch.equal(k_major(strided, -2), strided)
+
+
+# --- the registry: variants as kernels under operand policies ---------------------------------------
+
+def test_variants_are_kernels_under_operand_policies():
+    """Every registered variant's name is its kernel's under its policy (policies.variant_name): the names
+    users pass as variant= and the shipped tables store are the ones they always were, in the same order,
+    and the TMA kernel is one kernel under four policies (KCACHE opt-in only)."""
+    from tiledmm.kernels.block import policies as P
+    from tiledmm.kernels.block import variants as VV
+    for v in VV.ALL + VV.OPT_IN:
+        assert v.policy in P.POLICIES and v.name == P.variant_name(v.kernel, v.policy) and VV.BY_NAME[v.name] is v
+    assert [v.name for v in VV.ALL] == ["blocked", "blocked-kmajor", "tma", "tma-kmajor", "splitk", "splitk-kmajor",
+                                        "tma-copy", "simt-async", "batched-small", "gluon-ws"]
+    tma = {v.policy: v.name for v in VV.ALL + VV.OPT_IN if v.kernel == "tma"}
+    assert tma == {P.AS_IS: "tma", P.KMAJOR: "tma-kmajor", P.COPY: "tma-copy", P.KCACHE: "tma-kcache"}
+    assert [(v.name, v.policy) for v in VV.OPT_IN] == [("tma-kcache", P.KCACHE)]
+    assert (tma_copy.KERNEL, tma_copy.POLICY, kmajor_cache.KERNEL, kmajor_cache.POLICY) == ("tma", P.COPY, "tma", P.KCACHE)
+    with pytest.raises(ValueError, match="policy must be one of"):
+        P.variant_name("tma", "cached")
+
+
+def test_a_registered_variant_is_offered_and_forced_by_name_and_a_name_is_registered_once(monkeypatch):
+    """A new kernel family is a module and a ``register`` call: the dispatcher offers and forces it by its
+    name with no edit of its own; a name registered twice, or a module whose NAME its kernel and policy
+    do not give, is refused."""
+    import dataclasses
+    import types
+    from tiledmm.kernels.block import dispatch as BM
+    from tiledmm.kernels.block import variants as VV
+    monkeypatch.setattr(VV, "ALL", list(VV.ALL))
+    monkeypatch.setattr(VV, "OPT_IN", list(VV.OPT_IN))
+    monkeypatch.setattr(VV, "BY_NAME", dict(VV.BY_NAME))
+    new = VV.register(dataclasses.replace(VV.BLOCKED, kernel="blocked-new"))
+    assert VV.ALL[-1] is new and VV.BY_NAME["blocked-new"] is new
+    with pytest.raises(ValueError, match="registered already"):
+        VV.register(dataclasses.replace(VV.BLOCKED))
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(33, 20, generator=gen).to(DEV), torch.randn(20, 17, generator=gen).to(DEV)
+    c = torch.empty(33, 17, device=DEV)
+    assert any(cd.variant is new for cd in BM.candidates(a, b, c, "ieee", 1.0, 0.0))
+    BM.launch(a, b, c, precision="ieee", variant="blocked-new", config=dict(TINY))
+    torch.testing.assert_close(c, a @ b, rtol=1e-5, atol=1e-5)
+    mod = types.SimpleNamespace(__name__="fake", NAME="tma-copy", KERNEL="tma", POLICY="kmajor", CONFIGS={},
+                                applicable=lambda *x: False, launch=None, heuristic=None)
+    with pytest.raises(ValueError, match="is 'tma-kmajor', not 'tma-copy'"):
+        VV.from_module(mod)
+
+
+def test_the_dispatcher_names_no_variant():
+    """dispatch.py iterates the registry: no variant's name, no variant object, no variant module in it
+    (the calls a variant owns are rows of rules.RULES)."""
+    from pathlib import Path
+    from tiledmm.kernels.block import dispatch as BM
+    from tiledmm.kernels.block import variants as VV
+    src = Path(BM.__file__).read_text()
+    named = [v.name for v in VV.ALL + VV.OPT_IN if f'"{v.name}"' in src or f"'{v.name}'" in src]
+    objects = [n for n in ("V.BLOCKED", "V.TMA", "V.SPLITK", "V.GLUON", "V.SIMT_ASYNC") if n in src]
+    modules = [m for m in ("tma_copy", "kmajor_cache", "splitk", "gluon_gemm", "batched_small") if f"import {m}" in src
+               or f" {m}." in src]
+    assert named == objects == modules == [], (named, objects, modules)

@@ -340,7 +340,7 @@ def _remember(tuning, key: str, choice: str) -> None:
 def _triton_key(a, b, c, precision="ieee", alpha=1.0, beta=0.0) -> str:
     """The store key the Triton family writes for these operands (its own plan_key, its own format)."""
     from tiledmm import tuning
-    from tiledmm.kernels.block.matmul import plan_key
+    from tiledmm.kernels.block.dispatch import plan_key
     return tuning.key_of("triton", *(str(k) for k in plan_key(a, b, c, precision, alpha, beta)[:-1]))   # no device
 
 

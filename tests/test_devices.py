@@ -49,7 +49,7 @@ def test_the_dispatchers_pick_follows_the_device(monkeypatch):
     import torch
 
     from tiledmm.kernels.block import heuristics as H
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     monkeypatch.setattr(bm, "emulating", lambda: False)
     small = device.DeviceProperties(0, "small GPU", (8, 0), 20, 101376)
     for M, K, N in ((4096, 4096, 4096), (64, 4096, 4096)):

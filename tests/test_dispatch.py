@@ -51,7 +51,7 @@ def test_the_triton_spec_checks_a_call_without_importing_triton():
                   "    s.check_options('bfloat16', {'precision': 'tf32'})",
                   "except tiledmm.TiledmmError as e:",
                   "    print('error:', e)",
-                  "print('triton' in sys.modules, 'tiledmm.kernels.block.matmul' in sys.modules, s.preload is not None)")
+                  "print('triton' in sys.modules, 'tiledmm.kernels.block.dispatch' in sys.modules, s.preload is not None)")
     assert out[-2].startswith("error: precision 'tf32' is not available for bfloat16")
     assert out[-1] == "False False True"
 
@@ -68,7 +68,7 @@ def test_host_operands_load_the_triton_family_in_a_thread():
                   "print(seen, np.allclose(c, a @ b, rtol=1e-5), spec.preload is None, spec.launch.__module__)")
     seen, ok, loaded, module = out[-1].rsplit(" ", 3)
     assert seen == "['tiledmm-preload']" and ok == "True" and loaded == "True"
-    assert module in ("tiledmm.kernels.block.matmul", "tiledmm.kernels.block")   # emulation wraps the launch
+    assert module in ("tiledmm.kernels.block.dispatch", "tiledmm.kernels.block")   # emulation wraps the launch
 
 
 def test_a_preload_that_fails_is_left_for_the_launch(monkeypatch):
@@ -146,7 +146,7 @@ def test_unwritable_cache_keeps_the_choice_in_memory(tmp_path, monkeypatch):
 
 
 def test_block_plan_is_resolved_once_per_key():
-    from tiledmm.kernels.block import matmul as m
+    from tiledmm.kernels.block import dispatch as m
     dev = "cuda" if GPU else "cpu"
     a, b = torch.randn(20, 30, device=dev), torch.randn(30, 10, device=dev)
     tiledmm.matmul(a, b)
@@ -299,7 +299,7 @@ def _model_config(v, precision: str, M: int, N: int, K: int, esize: int) -> dict
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
 def test_short_path_binds_launches_and_stays_right_as_pointers_change(dtype, tol, variant, monkeypatch):
     from tiledmm import api
-    from tiledmm.kernels.block import matmul as bm, variants as V
+    from tiledmm.kernels.block import dispatch as bm, variants as V
     v = V.BY_NAME[variant]
     M, K, N = (192, 160, 224) if variant == "blocked" else (256, 192, 320)
     M += {torch.float32: 0, torch.bfloat16: 16}[dtype] + (8 if variant == "blocked" else 0)  # shapes of this test only
@@ -333,7 +333,7 @@ def test_short_path_binds_launches_and_stays_right_as_pointers_change(dtype, tol
 def test_short_path_for_cupy_and_numba_is_right_and_on_the_callers_stream(variant, monkeypatch):
     cupy = pytest.importorskip("cupy")
     from numba import cuda
-    from tiledmm.kernels.block import matmul as bm, variants as V
+    from tiledmm.kernels.block import dispatch as bm, variants as V
     M, K, N = (130, 96, 200) if variant else (131, 96, 200)
     if variant:                            # a variant that binds (the model's pick may not)
         cfg = _model_config(V.BLOCKED, "ieee", M, N, K, 4)
@@ -367,7 +367,7 @@ def test_numba_short_path_outputs_come_from_torchs_allocator_and_own_it(monkeypa
     """The short path's numba outputs are torch tensors' memory (no cuMemAlloc/cuMemFree a call),
     each array keeps its tensor alive; with another torch stream current, numba allocates."""
     from numba import cuda
-    from tiledmm.kernels.block import matmul as bm, variants as V
+    from tiledmm.kernels.block import dispatch as bm, variants as V
     M, K, N = 130, 96, 200
     cfg = _model_config(V.BLOCKED, "ieee", M, N, K, 4)
     monkeypatch.setattr(bm, "resolved", lambda a, b, c, p, al, be, *passes: bm._bind(V.BLOCKED, p, cfg))
@@ -391,7 +391,7 @@ def test_numba_short_path_outputs_come_from_torchs_allocator_and_own_it(monkeypa
 
 def test_changing_the_tuning_mode_drops_choices_made_under_the_old_one():
     from tiledmm import api
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     a = torch.randn(24, 16)
     tiledmm.matmul(a, a.T.contiguous())
     assert bm._plans
@@ -412,7 +412,7 @@ def test_short_path_binds_launch_sequences_with_their_workspace(variant, dtype, 
     """Split-K (two launches and a partial-sum workspace) and tf32's K-major copy + GEMM are bound
     too: repeat calls with new tensors stay right; a call on another stream runs the variant itself."""
     from tiledmm import api
-    from tiledmm.kernels.block import matmul as bm, variants as V
+    from tiledmm.kernels.block import dispatch as bm, variants as V
     v = V.BY_NAME[variant]
     M, K, N = {"splitk": (48, 4096, 96)}.get(variant, (256, 192, 320))
     M += 8 if dtype == torch.float32 else 0          # shapes of this test only
@@ -623,7 +623,7 @@ def test_concurrent_first_calls_resolve_each_plan_once(monkeypatch):
     """Threads meeting new plan keys together (tiny switch interval): each key is resolved once,
     under the dispatcher's lock, and every thread gets a right answer."""
     import threading
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     bm._forget_plans()
     resolved = []
     real = bm._resolve

@@ -36,7 +36,7 @@ from tiledmm.analysis.device import properties
 from tiledmm.kernels.block import configs as C
 from tiledmm.kernels.block import fastlaunch
 from tiledmm.kernels.block import heuristics as H
-from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import dispatch as bm
 from tiledmm.kernels.block import shipped
 
 from .test_kernel_index import FakeJit, _args, index  # noqa: F401  (index: the stand-ins' fixture)

@@ -766,7 +766,7 @@ def test_gpu_split_launches_keep_a_workspace_per_stream_and_a_graph_its_own():
 # -- the variant in the dispatcher (variants.GLUON; the model's side is in tests/test_heuristics.py) --
 
 def test_registered_as_a_gpu_only_variant_bound_by_its_own_class_launch():
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     from tiledmm.kernels.block import variants as V
     v = V.BY_NAME[G.NAME]
     assert v is V.GLUON and v in V.ALL
@@ -810,7 +810,7 @@ def test_gpu_default_pick_is_gluon_for_4096_cubed_bf16_only():
     if not G._is_hopper():
         pytest.skip("needs a Hopper GPU")
     import tiledmm
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     for n, want in ((4096, True), (1000, False)):
         a, b, _ = _mats(n, n, n, BF16, device="cuda")
         out = tiledmm.matmul(a, b, kernel="triton")
@@ -830,7 +830,7 @@ def test_gpu_short_path_class_launch_serves_new_sizes_of_a_class():
         pytest.skip("needs a Hopper GPU")
     import tiledmm
     from tiledmm import api
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     a, b, _ = _mats(4096, 4096, 4096, BF16, device="cuda")
     tiledmm.matmul(a, b, kernel="triton")
     c = torch.empty(4096, 4096, device="cuda", dtype=BF16)

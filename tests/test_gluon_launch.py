@@ -152,7 +152,7 @@ def test_the_class_launch_takes_the_bound_specialisation_for_any_size_of_the_cla
 
 
 def test_a_class_launch_without_a_config_takes_the_models_config_for_each_size(monkeypatch):
-    """The dispatcher's untimed plans bind no config (matmul._resolve, ``by_shape``): the class launch then
+    """The dispatcher's untimed plans bind no config (dispatch._resolve, ``by_shape``): the class launch then
     runs each call with the model's config for that call's own size. 256x8192x8192 and 256x4096x4096 share a
     short-path class but not a config (128x128 and 64x128): the second size's first call returns False (its
     config is not bound yet), the variant's launch -- picking the same -- binds it, and from then on each

@@ -10,7 +10,7 @@ import torch
 from tiledmm import _backend, tuning
 from tiledmm.registry import shape_class
 from tiledmm.kernels.block import heuristics as H
-from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import dispatch as bm
 from tiledmm.kernels.block import variants as V
 
 CHOICES = Path(__file__).resolve().parent / "data" / "h100_tuner_choices.json"
@@ -271,7 +271,7 @@ def test_passes_after_the_product_are_charged_to_variants_without_an_epilogue(mo
     after a variant without a fused epilogue: those variants' candidates carry them as copied bytes,
     the others do not, and the key is another (its own choice)."""
     from dataclasses import replace
-    plain = replace(V.BLOCKED, name="blocked-plain", epilogue=False)
+    plain = replace(V.BLOCKED, kernel="blocked-plain", epilogue=False)
     monkeypatch.setattr(V, "ALL", [V.BLOCKED, plain])
     dev = _backend.torch_device()
     a, b = torch.randn(45, 21, device=dev), torch.randn(21, 70, device=dev)

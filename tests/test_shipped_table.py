@@ -9,7 +9,8 @@ from tiledmm import _backend, api, tuning
 from tiledmm.analysis.device import properties
 from tiledmm.kernels.block import configs as C
 from tiledmm.kernels.block import heuristics as H
-from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import dispatch as bm
+from tiledmm.kernels.block import rules as R
 from tiledmm.kernels.block import shipped
 from tiledmm.kernels.block import variants as V
 
@@ -243,7 +244,7 @@ def test_a_timed_winner_compiled_in_every_process_leaves_the_entry_to_the_next_f
     """The table is what the no-timing default may take: where the fastest timed candidate's variant
     compiles anew in every process (rung 11), the entry holds the fastest other candidate and names
     the overall winner in ``fastest``; the tuned process itself runs the winner."""
-    jit = _compiled_per_process(V.BY_NAME["blocked"], name="blocked-jit")
+    jit = _compiled_per_process(V.BY_NAME["blocked"], kernel="blocked-jit")
     monkeypatch.setattr(V, "ALL", [*V.ALL, jit])
     bound = []
     real_bind = bm._bind
@@ -283,13 +284,16 @@ def test_shipped_tables_name_runnable_choices():
 
 
 @pytest.mark.parametrize("copied", [0, 4096])
-def test_a_tma_copy_entry_with_nothing_to_copy_runs_tma(fresh, monkeypatch, copied):
-    """tma-copy on operands it need not copy is the tma kernel with an unbound host path (H100: 48-140 us
-    a call): the table's tma-copy entry is taken as tma, same config, where tma runs the call; an entry
-    whose call does copy stays tma-copy."""
+def test_a_policy_entry_with_nothing_to_copy_runs_its_kernel_as_given(fresh, monkeypatch, copied):
+    """tma-copy (the TMA kernel under the COPY policy) on operands it need not copy is the tma kernel with an
+    unbound host path (H100: 48-140 us a call): the table's tma-copy entry is taken as the same kernel's
+    AS_IS variant, tma, same config, where that runs the call; an entry whose call does copy stays tma-copy.
+    (Stand-ins: the blocked kernel under the kernel name 'tma', as given and with the COPY policy.)"""
+    from tiledmm.kernels.block.policies import COPY
     blocked = V.BY_NAME["blocked"]
-    fakes = {"tma-copy": _altered(blocked, {"copies": lambda *a: copied}, name="tma-copy"),
-             "tma": _altered(blocked, name="tma")}
+    fakes = {"tma-copy": _altered(blocked, {"copies": lambda *a: copied}, kernel="tma", policy=COPY),
+             "tma": _altered(blocked, kernel="tma")}
+    assert {n: (v.name, v.kernel) for n, v in fakes.items()} == {"tma-copy": ("tma-copy", "tma"), "tma": ("tma", "tma")}
     monkeypatch.setattr(V, "ALL", [fakes.get(v.name, v) for v in V.ALL])
     a, b, c = _call(45, 21, 70)
     model, other = _other_than_model(a, b, c)
@@ -303,25 +307,29 @@ def test_a_tma_copy_entry_with_nothing_to_copy_runs_tma(fresh, monkeypatch, copi
     assert ch["variant"] == ("tma" if copied == 0 else "tma-copy"), ch
 
 
+def _gluon_options():
+    gl = H.Candidate("gluon-ws:x", dict(C.EMULATION_CHOICES[0]), V.GLUON.traits, 0, V.GLUON, True)
+    other = H.Candidate("blocked:y", dict(C.EMULATION_CHOICES[1]), V.BY_NAME["blocked"].traits, 0,
+                        V.BY_NAME["blocked"], True)
+    return gl, other, {gl.name: gl, other.name: other}
+
+
 def test_large_16bit_calls_that_the_gluon_kernel_takes_are_its_own(fresh):
-    """``_gluon_owns``: a 16-bit, unbatched call of M >= GLUON_OWNS_FROM_M and M*N*K >= GLUON_OWNS_FROM_MACS
-    with a Gluon candidate is the model's -- the Gluon kernel, its own config -- and the shipped table is not
+    """``rules.RULES``: a 16-bit, unbatched call of M >= GLUON_OWNS_FROM_M and M*N*K >= GLUON_OWNS_FROM_MACS
+    with a Gluon candidate is the rules' -- the Gluon kernel, its own config -- and the shipped table is not
     asked; fewer rows, less work, tf32, a batch or no Gluon candidate leave the choice to the table and the
     model."""
     a, b, c = _call(45, 21, 70)
     dev = bm.device(None)
-    gl = H.Candidate("gluon-ws:x", dict(C.EMULATION_CHOICES[0]), V.GLUON.traits, 0, V.GLUON, True)
-    other = H.Candidate("blocked:y", dict(C.EMULATION_CHOICES[1]), V.BY_NAME["blocked"].traits, 0,
-                        V.BY_NAME["blocked"], True)
-    opts = {gl.name: gl, other.name: other}
-    p = H.Problem(bm.GLUON_OWNS_FROM_M, 2 ** 13, bm.GLUON_OWNS_FROM_MACS // bm.GLUON_OWNS_FROM_M // 2 ** 13)
-    assert bm._gluon_owns(p, opts, dev) == gl.name
+    gl, other, opts = _gluon_options()
+    p = H.Problem(R.GLUON_OWNS_FROM_M, 2 ** 13, R.GLUON_OWNS_FROM_MACS // R.GLUON_OWNS_FROM_M // 2 ** 13)
+    assert R.ruling(p, opts, dev) == (gl.name, frozenset())
     assert bm.untimed_choices(None, a, b, c, "none", 1.0, 0.0, p, dict(opts)) == (gl.name, None)
     import dataclasses
-    for q in (dataclasses.replace(p, M=bm.GLUON_OWNS_FROM_M - 1), dataclasses.replace(p, kind="tf32", esize=4),
+    for q in (dataclasses.replace(p, M=R.GLUON_OWNS_FROM_M - 1), dataclasses.replace(p, kind="tf32", esize=4),
               dataclasses.replace(p, K=p.K - 1)):
-        assert bm._gluon_owns(q, opts, dev) is None, q
-    assert bm._gluon_owns(p, {other.name: other}, dev) is None
+        assert R.ruling(q, opts, dev) == (None, frozenset()), q
+    assert R.ruling(p, {other.name: other}, dev) == (None, frozenset())
 
 
 def test_batches_the_gluon_kernel_owns_and_those_it_is_not_offered(fresh, monkeypatch):
@@ -333,21 +341,70 @@ def test_batches_the_gluon_kernel_owns_and_those_it_is_not_offered(fresh, monkey
     # a Hopper's properties: the model may rank the Gluon kernel (capability 9.0) first
     dev = dataclasses.replace(bm.device(None), capability=(9, 0), sms=132, smem=232448, bandwidth=3.35e6)
     monkeypatch.setattr(bm, "device", lambda idx=None: dev)
-    gl = H.Candidate("gluon-ws:x", dict(C.EMULATION_CHOICES[0]), V.GLUON.traits, 0, V.GLUON, True)
-    other = H.Candidate("blocked:y", dict(C.EMULATION_CHOICES[1]), V.BY_NAME["blocked"].traits, 0,
-                        V.BY_NAME["blocked"], True)
-    opts = {gl.name: gl, other.name: other}
-    k = bm.GLUON_BATCH_FROM_K
-    p = H.Problem(512, 512, k, bm.GLUON_OWNS_FROM_MACS // (512 * 512 * k))
-    assert p.batch > 1 and bm._gluon_owns(p, opts, dev) == gl.name
-    assert bm._gluon_owns(dataclasses.replace(p, batch=p.batch - 1), opts, dev) is None     # too little work
+    gl, other, opts = _gluon_options()
+    k = R.GLUON_BATCH_FROM_K
+    p = H.Problem(512, 512, k, R.GLUON_OWNS_FROM_MACS // (512 * 512 * k))
+    left_out = frozenset({gl.variant.name})
+    assert p.batch > 1 and R.ruling(p, opts, dev) == (gl.name, frozenset())
+    assert R.ruling(dataclasses.replace(p, batch=p.batch - 1), opts, dev) == (None, left_out)   # too little work
     short = dataclasses.replace(p, K=k // 2, batch=2 * p.batch)
-    assert bm._gluon_owns(short, opts, dev) is None
-    assert bm._gluon_owns(dataclasses.replace(short, kind="tf32", esize=4), opts, dev) == gl.name
+    assert R.ruling(short, opts, dev) == (None, left_out)
+    assert R.ruling(dataclasses.replace(short, kind="tf32", esize=4), opts, dev)[0] == gl.name
     # not owned: the model picks among the others even where it would rank the Gluon kernel first
     assert H.pick([gl, other], short, dev) is gl
     pick, _ = bm.untimed_choices(None, a, b, c, "none", 1.0, 0.0, short, dict(opts))
     assert pick == other.name
     one = dataclasses.replace(short, batch=1, K=512)      # one product (not owned: too little work): offered
-    assert H.pick([gl, other], one, dev) is gl and bm._gluon_owns(one, opts, dev) is None
+    assert H.pick([gl, other], one, dev) is gl and R.ruling(one, opts, dev) == (None, frozenset())
     assert bm.untimed_choices(None, a, b, c, "none", 1.0, 0.0, one, dict(opts))[0] == gl.name
+
+
+def _old_gluon_owns(p) -> bool:
+    """The conditions the dispatcher tested in code before they were rows of ``rules.RULES``: one 16-bit
+    product of at least 64 rows and 2^32 multiply-adds; a batch of at least 2^32 in tf32, or from K = 512."""
+    if p.batch > 1:
+        return p.batch * p.M * p.N * p.K >= 2 ** 32 and (p.kind == "tf32" or p.K >= 512)
+    return p.kind == "16bit" and p.M >= 64 and p.M * p.N * p.K >= 2 ** 32
+
+
+def test_the_rules_are_a_table_that_decides_as_the_branches_did():
+    """The rules are data: every row names a registered variant and one of the two verdicts, with the
+    measurement behind it; read for random calls (sizes around every bound, each kind, one product or a
+    batch) they own exactly the calls the former branches gave the Gluon kernel, and leave it out of
+    every other batch."""
+    import random
+    print("\n".join(map(str, R.RULES)))
+    assert R.RULES and all(isinstance(r, R.Rule) and r.variant in V.BY_NAME and r.does in (R.OWNS, R.NOT_OFFERED)
+                           and r.why for r in R.RULES)
+    dev = bm.device(None)
+    gl, other, opts = _gluon_options()
+    rng = random.Random(4)
+    owned = 0
+    for _ in range(3000):
+        batch = rng.choice([1, 1, 2, 16, 64])
+        dims = [rng.choice([1, 31, 63, 64, 65, 256, 511, 512, 513, 2048, 4096, 8192, 16384]) for _ in range(3)]
+        kind = rng.choice(["16bit", "tf32", "ieee"])
+        p = H.Problem(*dims, batch, kind, 2 if kind == "16bit" else 4, 2 if kind == "16bit" else 4)
+        pick, left_out = R.ruling(p, opts, dev)
+        assert (pick == gl.name) == _old_gluon_owns(p), p
+        assert left_out == (frozenset({gl.variant.name}) if batch > 1 and pick is None else frozenset()), p
+        owned += pick is not None
+    assert 100 < owned < 2900
+
+
+def test_the_first_source_that_answers_decides(fresh, monkeypatch):
+    """dispatch.SOURCES, in order: a source that answers None passes the choice on, the first name given
+    is the plan's and its source is recorded as the choice's."""
+    assert bm.SOURCES == ("store", "timed", "rules", "table", "model")
+    a, b, c = _call(45, 21, 70)
+    names = [cd.name for cd in bm.candidates(a, b, c, "ieee", 1.0, 0.0)]
+    assert len(names) >= 2
+    for i, source in enumerate(bm.SOURCES):
+        for j, other in enumerate(bm.SOURCES):
+            answer = names[j % len(names)] if j >= i else None
+            monkeypatch.setattr(bm._Sources, other, lambda self, n=answer: n)
+        _forget()
+        bm.forget_choices()
+        ch = _chosen(a, b, c)
+        assert ch["source"] == source, (source, ch)
+        assert bm.candidate_name(ch["variant"], ch["config"]) == names[i % len(names)], (source, ch)

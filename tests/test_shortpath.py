@@ -9,7 +9,7 @@ import torch
 import tiledmm
 from tiledmm import _adapter
 from tiledmm.kernels.block import fastlaunch, shortpath
-from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import dispatch as bm
 from tiledmm.kernels.block import variants as V
 
 from .standins import Compiled, Launcher, direct_launches
@@ -162,7 +162,7 @@ def test_an_out_overlapping_an_input_takes_the_full_path(standin, monkeypatch):
 
 def test_class_keys_carry_the_device_and_the_layout():
     a, b, c = _operands(40, 24, 72)
-    key = functools.partial(shortpath._class_key, sa=a.shape, sb=b.shape, st_a=a.stride(), st_b=b.stride(),
+    key = functools.partial(bm.class_key, sa=a.shape, sb=b.shape, st_a=a.stride(), st_b=b.stride(),
                             pa=0, pb=16, pc=32, m=4, alpha=1.0, beta=0.0)
     base = key(0, st_c=c.stride())
     assert base != key(1, st_c=c.stride())                             # another device
@@ -208,14 +208,63 @@ def test_class_key_separates_what_the_plan_key_separates():
     """The short path's class key is finer than the dispatcher's plan key: 4096^3 and 5000^3 bf16
     share a shape class but not 128-byte rows (plan_key's rows128 field: the Gluon kernel's
     speed), so one's bound launch must never serve the other."""
-    import torch
-    from tiledmm.kernels.block import matmul as bm
-    from tiledmm.kernels.block.shortpath import _class_key
-
     def keys(n):
         a = torch.empty(n, n, dtype=torch.bfloat16)
         return (bm.plan_key(a, a, a, "none", 1.0, 0.0),
-                _class_key(0, a.shape, a.shape, a.stride(), a.stride(), a.stride(), 0, 0, 0, 8, 1.0, 0.0))
+                bm.class_key(0, a.shape, a.shape, a.stride(), a.stride(), a.stride(), 0, 0, 0, 8, 1.0, 0.0))
     (p1, c1), (p2, c2) = keys(4096), keys(5000)
     assert p1 != p2 and c1 != c2
     assert keys(4096)[1] == keys(4096 + 64)[1]        # same class, both 128-byte rows: one key
+
+
+def _short_path_call(layout: int, M: int, K: int, N: int):
+    """A call the short path takes (TorchPlan: one dtype in and out, equal ranks) of these sizes, in the
+    random layout numbered ``layout``: dtype, batch, each operand row- or column-major with padded rows
+    and an offset base, precision, alpha, beta."""
+    import random
+    rng = random.Random(layout)
+    dtype = rng.choice([torch.float32, torch.float16, torch.bfloat16])
+    batch = rng.choice([(), (), (1,), (3,)])
+    shapes = {"a": (M, K), "b": (K, N), "c": (M, N)}
+    out = []
+    for name in "abc":
+        rows, cols = shapes[name]
+        lead, off, cmajor = rng.choice([0, 0, 1, 3, 8, 64]), rng.choice([0, 0, 1, 2, 8]), rng.random() < 0.3
+        if cmajor:
+            out.append(torch.zeros(*batch, cols, rows + lead + off, dtype=dtype)[..., off:off + rows].transpose(-1, -2))
+        else:
+            out.append(torch.zeros(*batch, rows, cols + lead + off, dtype=dtype)[..., off:off + cols])
+    precision = "none" if dtype != torch.float32 else rng.choice(["ieee", "tf32"])
+    return (*out, precision, rng.choice([1.0, 2.0, 1]), rng.choice([0.0, 0.5, 0]))
+
+
+def test_one_class_key_is_one_plan_key():
+    """For many random calls, the class key the short path computes (``TorchPlan.__call__``'s values:
+    shapes, strides, pointers, 16 // element size) determines the dispatcher's plan key: two calls of
+    one class never resolve to two choices (plan_key is computed from the class: ``plan_of``). Each
+    random layout is called at four sizes of one log2 bucket, so many classes hold several calls."""
+    import random
+    rng = random.Random(47)
+    plans, calls = {}, {}
+    for layout in range(400):
+        bits = [rng.randrange(8) for _ in range(3)]
+        for _ in range(4):
+            M, K, N = (rng.randrange(2 ** e, 2 ** (e + 1)) for e in bits)
+            a, b, c, precision, alpha, beta = _short_path_call(layout, M, K, N)
+            cls = (a.dtype, precision, bm.class_key(a.device.index, a.shape, b.shape, a.stride(), b.stride(),
+                                                    c.stride(), a.data_ptr(), b.data_ptr(), c.data_ptr(),
+                                                    max(1, 16 // a.element_size()), alpha, beta))
+            key = bm.plan_key(a, b, c, precision, alpha, beta)
+            assert plans.setdefault(cls, key) == key, (cls, plans[cls], key)
+            calls.setdefault(cls, set()).add((M, K, N))
+    assert sum(len(sizes) > 1 for sizes in calls.values()) > 100      # classes met at several sizes
+
+
+def test_plan_keys_shape_class_is_the_registrys():
+    """plan_of's log2 buckets (bit lengths) are registry.shape_class's (the shipped tables' and the tuning
+    store's classes), around every power of two a size can reach, and for empty sizes."""
+    from tiledmm.registry import shape_class
+    sizes = [0] + [x for e in range(40) for x in (2 ** e - 1, 2 ** e, 2 ** e + 1) if x > 0]
+    for m in sizes:
+        cls = bm.class_key(None, (m, 3), (3, 5), (3, 1), (5, 1), (5, 1), 0, 0, 0, 4, 1.0, 0.0)
+        assert bm.plan_of(torch.float32, torch.float32, "ieee", cls)[10] == shape_class(m, 5, 3), m

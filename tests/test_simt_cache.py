@@ -1,5 +1,5 @@
 """The SIMT kernels' disk cache (kernels/simt_cache.py, _adapter.numba_disk_cache) and rung 11 as a
-default pick once its kernel is on disk (matmul._fastest_on_disk).
+default pick once its kernel is on disk (dispatch._fastest_on_disk).
 
 numba's simulator (emulation) compiles nothing, so the CPU tests build numba's *real* dispatchers in a
 child process that tiledmm is told is a GPU process (nothing is launched or compiled there): the tags,
@@ -192,7 +192,7 @@ def test_the_tables_fastest_is_the_default_once_its_kernel_is_on_disk(monkeypatc
     from tiledmm import _backend, tuning
     from tiledmm.analysis.device import properties
     from tiledmm.kernels.block import configs as C
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     from tiledmm.kernels.block import shipped
     from tiledmm.kernels.block import variants as V
     if GPU:
@@ -209,7 +209,7 @@ def test_the_tables_fastest_is_the_default_once_its_kernel_is_on_disk(monkeypatc
     c = torch.empty(45, 70, device=dev)
     entry_cfg, fast_cfg = C.EMULATION_CHOICES
     on_disk = []
-    slow = dataclasses.replace(V.BLOCKED, name="blocked-jit", configs=lambda kind: [fast_cfg],
+    slow = dataclasses.replace(V.BLOCKED, kernel="blocked-jit", configs=lambda kind: [fast_cfg],
                                traits=dataclasses.replace(V.BLOCKED.traits, compiles_per_process=True),
                                emulation=(), on_disk=lambda cfg, a, b, c: bool(on_disk))
     monkeypatch.setattr(V, "ALL", [*V.ALL, slow])
@@ -293,7 +293,7 @@ def test_gpu_rung_11_is_the_default_where_the_table_timed_it_fastest_once_on_dis
     the entry's own variant (rung 11 would compile); after rung 11 ran once, a new process takes rung 11."""
     code = """
 import json, torch, tiledmm
-from tiledmm.kernels.block import matmul as bm
+from tiledmm.kernels.block import dispatch as bm
 a = torch.randn(2048, 2048, device="cuda"); b = torch.randn(2048, 2048, device="cuda")
 c = tiledmm.matmul(a, b)
 ch = bm.choices()[bm.plan_key(a, b, c, "ieee", 1.0, 0.0)]
@@ -303,7 +303,7 @@ print(json.dumps({{"variant": ch["variant"], "source": ch["source"], "config": c
     import torch
 
     from tiledmm.analysis.device import properties
-    from tiledmm.kernels.block import matmul as bm
+    from tiledmm.kernels.block import dispatch as bm
     from tiledmm.kernels.block import shipped
     p = properties(0)
     table = shipped.table_for(p.name, p.num_sms)

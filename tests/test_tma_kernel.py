@@ -168,7 +168,7 @@ def test_one_tma_variant_family_with_the_epilogue():
 def test_model_keeps_wide_tiles_where_waves_tie(monkeypatch):
     """8192 x 16384 (Linear(4096, 16384) on 8192 tokens): 63 waves of 128 x 128 against 32 of 128 x 256;
     the TMA candidates the model ranks are the wide ones (their operand reuse counted), and 8192^3 too."""
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     monkeypatch.setattr(BM, "emulating", lambda: False)
     for M, N, K in ((8192, 16384, 4096), (8192, 8192, 8192)):
         cands = BM.model_candidates([V.TMA], H.Problem(M, N, K, 1, "16bit", 2, 2, True), H.H100)
@@ -225,7 +225,7 @@ def test_ops_run_bias_and_activation_in_the_tma_epilogue(monkeypatch):
     """tiledmm.ops with the dispatcher's pick made the TMA plan (as on a Hopper GPU for a large
     Linear): the launch receives bias, bias_mode and act -- one kernel, no torch pass after -- and
     the result matches float64 (the kernel itself runs in the interpreter here)."""
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     from tiledmm.nn.functional import linear
     seen = []
 
@@ -246,7 +246,7 @@ def test_ops_run_bias_and_activation_in_the_tma_epilogue(monkeypatch):
 def test_ops_without_the_epilogue_flag_apply_bias_in_torch(monkeypatch):
     """The control: a pick whose launch lacks the epilogue flag is never given the keywords (the
     product through tiledmm.matmul, bias and activation in torch), and the result is the same."""
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     from tiledmm.ops import _impl
     fused = []
     real = _impl._fused
@@ -313,7 +313,7 @@ def test_large_linear_fuses_into_the_tma_kernel_gpu(act, monkeypatch):
     """A Linear layer (bf16, 4096 x 2048 x 1024) whose plan is the TMA kernel -- the dispatcher's
     plan replaced by the TMA variant at its first fitting config, whatever the table or the model
     would pick: the epilogue runs there (the launch gets the keywords) and the result matches float64."""
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     from tiledmm.nn.functional import linear
     x = torch.randn(4096, 1024, device=DEV, dtype=torch.bfloat16)
     w = torch.randn(2048, 1024, device=DEV, dtype=torch.bfloat16) / 32

@@ -322,7 +322,7 @@ def test_compile_fullgraph_forward_and_backward(backend):
 def test_epilogue_after_a_variant_that_cannot_fuse(monkeypatch):
     """Where the dispatcher's pick is not the blocked kernel (TMA, split-K on a GPU), the product runs
     plain and bias and activation follow in torch: the same result."""
-    from tiledmm.kernels.block import matmul as BM
+    from tiledmm.kernels.block import dispatch as BM
     real = BM.resolved
 
     def other_variant(*args):

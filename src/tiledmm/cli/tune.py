@@ -80,7 +80,7 @@ def _dtype(text: str) -> str:
 def describe_key(key: str) -> dict | None:
     """A tuning store key in words: kernel, dtype, precision, layout, M/N/K ranges, form; None when the
     key is of no format known here. Two formats: ``simt-KERNEL|dtype|(m, n, k)`` (kernels/simt/_launch.py)
-    and ``triton|`` + plan_key's fields but the device (kernels/block/matmul.py: a and c dtype, precision,
+    and ``triton|`` + plan_key's fields but the device (kernels/block/dispatch.py: a and c dtype, precision,
     a.dim, b.dim, a row-major, b row-major, b column-major, c row-major, aligned, (m, n, k), alpha == 1,
     beta == 0, rows of 128-byte multiples; keys stored before that last field have 13)."""
     import re
@@ -297,7 +297,7 @@ def _write_table(path: str) -> None:
     from pathlib import Path
     import torch
     from .. import tuning
-    from ..kernels.block import matmul as BM, shipped
+    from ..kernels.block import dispatch as BM, shipped
     entries = BM.table_entries()
     stored = sum(1 for ch in BM.choices().values() if ch["source"] == "store")
     p = torch.cuda.get_device_properties(torch.cuda.current_device())

@@ -199,7 +199,7 @@ def _fused(a, b, out, bias, alpha, beta, bias_dim, act, precision) -> bool:
     if _backend.emulating() and (A.data_ptr() == B.data_ptr() or
                                  C.numel() * A.shape[-1] > _backend.emulation_limit(2 ** 24)):
         return False        # the interpreter keys its copies by address (api._compute); the limit: api's
-    from ..kernels.block import matmul as BM
+    from ..kernels.block import dispatch as BM
     prec = BM.check_precision(str(a.dtype).replace("torch.", ""), precision)
     fn = BM.resolved(A, B, C, prec, alpha, beta, (bias is not None) + 2 * (act != "none"))
     if not getattr(fn, "epilogue", False):

@@ -65,7 +65,7 @@ class Env:
             kinds.append(("numba", 0.09 if gpu else 0.2))
         except Exception:       # noqa: BLE001
             pass
-        from tiledmm.kernels.block.matmul import VARIANTS
+        from tiledmm.kernels.block.dispatch import VARIANTS
         specs = {s.name: s for s in registry.all_specs()}
         if max_dim is None:
             max_dim = 2048 if gpu else 24

@@ -2,7 +2,7 @@
 
 Importing the family registers the ``triton`` kernel (and ``triton-grouped``, ``grouped.py``'s) with what a call is checked against -- its
 dtypes, options and the precision check -- and imports nothing of Triton. The dispatcher
-(``matmul.py``), the short path (``shortpath.py``) and Triton itself (about 0.2 s to import) load
+(``dispatch.py``), the short path (``shortpath.py``) and Triton itself (about 0.2 s to import) load
 on the spec's first launch or short-path plan, or earlier in a thread: ``load`` is the spec's
 ``preload``, which ``tiledmm.matmul`` starts for host operands, so the import runs while they are
 copied to the GPU, or planned and staged out of core. Loading amends the spec with the
@@ -41,8 +41,8 @@ def load() -> KernelSpec:
         return _loaded[0]
     from ..._backend import emulating
     emulation = emulating()                 # decided before Triton is imported (its interpreter)
-    from . import matmul, shortpath
-    launch = matmul.launch_spec
+    from . import dispatch, shortpath
+    launch = dispatch.launch_spec
     if emulation:
         launch = _distinct_operands(launch)
     spec = registry.amend("triton", launch=launch, fast_plan=shortpath.fast_plan, preload=None)

@@ -52,9 +52,22 @@ def hopper(*tensors) -> bool:
     return not emulating() and capability(index_of(tensors[0]) if tensors else None)[0] >= 9
 
 
+_version_readers: list = []     # holds() -> whether a cache keyed by torch's version counter holds a copy
+
+
+def watch_versions(holds) -> None:
+    """Register a cache keyed by torch's version counter (kmajor_cache: the opt-in KCACHE policy) by
+    ``holds() -> bool``, whether it holds a copy now (``mark_written`` bumps counters only then)."""
+    _version_readers.append(holds)
+
+
 def mark_written(t) -> None:
     """Bump torch's version counter of an output written by a Triton kernel (torch only sees
-    its own in-place ops), so version-keyed caches (kmajor_cache) notice the write."""
+    its own in-place ops), so a version-keyed cache (kmajor_cache) notices the write -- only while
+    such a cache holds a copy (``watch_versions``): no copy, nothing stale to notice, and the
+    output's counter is left as torch's own ops leave it."""
+    if not any(holds() for holds in _version_readers):
+        return
     try:
         import torch
         torch.autograd.graph.increment_version(t)

@@ -42,7 +42,7 @@ def _sized(cls: int, esize: int, aligned: bool, rows128: bool) -> int:
 
 
 def table_points(table: dict) -> list[dict]:
-    """One call per table entry, synthesised to its layout key (``matmul.plan_key`` less the class and the
+    """One call per table entry, synthesised to its layout key (``dispatch.plan_key`` less the class and the
     device): a.dtype, c.dtype, precision, a.dim, b.dim, a unit last, b unit last, b unit second, c unit last,
     aligned, alpha == 1, beta == 0, rows128."""
     out = []
@@ -140,7 +140,7 @@ def operands(torch, p: dict, device: str = "cuda"):
 
 def layout_of(torch, p: dict, a, b, c) -> tuple[str, list]:
     """The (layout key, class) the dispatcher sees for a point's operands (``shipped.split_key``)."""
-    from . import matmul as bm
+    from . import dispatch as bm
     from . import shipped
     cc = c if c is not None else torch.empty(a.shape[:-1] + b.shape[-1:], dtype=a.dtype, device=a.device)
     layout, cls = shipped.split_key(bm.plan_key(a, b, cc, p["precision"], p["alpha"], p["beta"]))

@@ -29,7 +29,7 @@ from typing import Callable
 
 from ..._backend import emulating
 from . import heuristics as H
-from . import matmul as D
+from . import dispatch as D
 from . import variants as V
 from ._vcommon import device, index_of, kind_of
 

@@ -14,7 +14,7 @@ tensor cores; ``tf32`` -- tensor cores with 10-bit mantissa products.
 bfloat16 / float16 inputs always use the tensor cores. All accumulate in fp32.
 
 Kernels only: configurations are in ``configs.py``, one launch function per
-variant in ``variants.py``, the choice among them in ``matmul.py``.
+variant in ``variants.py``, the choice among them in ``dispatch.py``.
 """
 from __future__ import annotations
 

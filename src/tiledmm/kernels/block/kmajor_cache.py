@@ -1,4 +1,5 @@
-"""Variant 'tma-kcache': tf32 with a row-major B, through a cached K-major copy of B.
+"""Variant 'tma-kcache': the persistent TMA kernel under the KCACHE policy (policies.py): tf32 with a
+row-major B, through a cached K-major copy of B.
 
 wgmma reads 32-bit operands K-major only, so a tf32 product with a row-major (N-major) B
 either re-lays B through registers in every K step (the blocked kernel's SWAP = 2: about half
@@ -9,7 +10,8 @@ reused across calls need pay that copy once: this module keeps the K-major copy,
 
 with a weak reference to the source's storage. The version counter moves on every in-place
 torch op on the tensor or any view of it (and tiledmm's variant launches bump it on the
-outputs they write), so a modified tensor is copied again; the storage weakref drops the entry
+outputs they write while this cache holds a copy: ``_vcommon.mark_written``, ``holds_copies``),
+so a modified tensor is copied again; the storage weakref drops the entry
 when the memory is freed (so a new tensor at the same address cannot hit a stale copy).
 Limits: writes that bypass torch (another library writing through a raw pointer / DLPack)
 do not move the version counter; such callers must not rely on the cache (clear() empties it).
@@ -26,9 +28,11 @@ from . import _vcommon as V
 from . import configs as C
 from . import tma_persistent as T
 from ._vcommon import kind_of
+from .policies import KCACHE, variant_name
 from .transpose import k_major
 
-NAME = "tma-kcache"
+KERNEL, POLICY = "tma", KCACHE
+NAME = variant_name(KERNEL, POLICY)       # "tma-kcache"
 MAX_ENTRIES = 16
 MAX_BYTES = 4 << 30
 
@@ -67,6 +71,15 @@ def kmajor(b):
 def clear() -> None:
     with _lock:
         _cache.clear()
+
+
+def holds_copies() -> bool:
+    """Whether the cache holds a copy: only then need a launch move its output's version counter (a
+    write our kernels make is seen by torch no other way), and only then does ``_vcommon.mark_written``."""
+    return bool(_cache)
+
+
+V.watch_versions(holds_copies)
 
 
 CONFIGS = {"16bit": [], "tf32": C.TMA["tf32"], "ieee": []}

@@ -6,10 +6,11 @@ serving libraries ship per-GPU configs for their Triton kernels. A call whose pl
 choice in the tuning store takes the table's entry for the same layout key (dtypes, precision,
 strides, alignment, alpha/beta form) and the nearest shape class -- at most one log2 bucket away
 in each of M, N and K -- where that entry's variant can run the call and its config fits the
-device; else the model picks. Precedence: the tuning store (your own ``tiledmm tune`` /
-``TILEDMM_TUNE=on`` choices) > timing (``TILEDMM_TUNE=on``) > this table > the model. Except: large
-16-bit products the Gluon kernel takes are the model's (``matmul._gluon_owns``); an entry naming
-``tma-copy`` for a call with nothing to copy is taken as ``tma``.
+device; else the model picks. Precedence (``dispatch.SOURCES``): the tuning store (your own
+``tiledmm tune`` / ``TILEDMM_TUNE=on`` choices) > timing (``TILEDMM_TUNE=on``) > the rules (calls a
+variant owns, ``rules.RULES``: large 16-bit products the Gluon kernel takes) > this table > the
+model. An entry whose variant's operand policy copies nothing for the call (``tma-copy`` on operands
+the TMA kernel takes as given) is taken as its kernel's as-given variant (``tma``).
 ``TILEDMM_TABLE=off`` turns the table off (the model alone).
 
 A table is written by ``tiledmm tune --table PATH`` (``scripts/build_tables.py`` runs the sweep on
@@ -42,7 +43,7 @@ def slug(gpu_name: str) -> str:
 
 
 def split_key(key: tuple) -> tuple[str, tuple]:
-    """A plan key (``matmul.plan_key``) as (layout key, shape class): every field but the class
+    """A plan key (``dispatch.plan_key``) as (layout key, shape class): every field but the class
     (index 10) and the device index (last) joined as text, and the class."""
     return "|".join(str(x) for i, x in enumerate(key[:-1]) if i != 10), tuple(key[10])
 

@@ -6,16 +6,16 @@ checks, and calls the plan first on every call of the kind from then on. A plan 
 path then handles the call, checks and all): another device, broadcasting, out overlapping
 an input, a zero stride in out, alpha/beta that are not plain numbers.
 
-Each plan keys its bound launches by *class*: the device, ranks, log2 buckets of M, N and K
-(the dispatcher's shape class), which strides are unit, the strides' and pointers' 16-byte
-alignment residues, alpha == 1 and beta == 0 -- a superset of the dispatcher's plan key, so
-one key always means one variant and config. A key's first call runs the dispatcher and binds
+Each plan keys its bound launches by *class* (``dispatch.class_key``): the device, ranks, bit
+lengths of M, N and K, which strides are unit, the strides' and pointers' 16-byte alignment
+residues, alpha == 1 and beta == 0. The dispatcher computes its plan key from the class
+(``dispatch.plan_of``), so one class always means one variant and config. A key's first call runs the dispatcher and binds
 (``fastlaunch.bind``): for a plain single-kernel variant a ``ClassLaunch`` that computes sizes,
 strides and grid per call (any new M of a seen class: no Python planning, no new closure);
 for the others an exact-signature bound launch (``fastlaunch.replay``) per signature.
 
 A first call on torch tensors walks: ``api.matmul`` -> ``api._matmul`` (checks) ->
-``TorchPlan.__call__`` -> ``TorchPlan._bind`` -> ``block.matmul.resolved`` (the pick) ->
+``TorchPlan.__call__`` -> ``TorchPlan._bind`` -> ``block.dispatch.resolved`` (the pick) ->
 ``fastlaunch.bind`` -> the variant's launch -> ``FastKernel`` -> Triton; a repeat call:
 ``api.matmul`` -> ``TorchPlan.__call__`` -> ``ClassLaunch`` -> the C launch.
 """
@@ -28,25 +28,10 @@ import numpy as np
 from ... import _adapter, invariance
 from ..._arrays import dtype_name, to_torch
 from . import fastlaunch
-from . import matmul as dispatcher
-from .matmul import check_precision
+from . import dispatch as dispatcher
+from .dispatch import check_precision, class_key
 
 MAX_SIGNATURES = 512     # bound launches a plan keeps (then it starts again)
-
-
-def _class_key(index: int, sa, sb, st_a, st_b, st_c, pa: int, pb: int, pc: int, m: int, alpha, beta) -> tuple:
-    """The short path's class key (see the module docstring); ``m`` = 16 // element size. It must
-    stay a superset of the dispatcher's ``plan_key`` (block/matmul.py): one key, one choice. Strides
-    count modulo 16 bytes (TMA's alignment) and whether every row stride is a multiple of 128 bytes
-    (``m << 3`` elements: plan_key's rows128, the Gluon kernel's speed)."""
-    r = m << 3
-    return (index, len(sa), sa[-2].bit_length(), sb[-1].bit_length(), sa[-1].bit_length(),
-            st_a[-2] == 1, st_a[-1] == 1, st_b[-2] == 1, st_b[-1] == 1, st_c[-2] == 1, st_c[-1] == 1,
-            st_a[-2] % m, st_a[-1] % m, st_b[-2] % m, st_b[-1] % m, st_c[-2] % m, st_c[-1] % m,
-            pa & 15, pb & 15, pc & 15, alpha == 1, beta == 0,
-            (st_a[-2] == 1 or st_a[-2] % r == 0) and (st_a[-1] == 1 or st_a[-1] % r == 0)
-            and (st_b[-2] == 1 or st_b[-2] % r == 0) and (st_b[-1] == 1 or st_b[-1] % r == 0)
-            and (st_c[-2] == 1 or st_c[-2] % r == 0) and (st_c[-1] == 1 or st_c[-1] % r == 0))
 
 
 class TorchPlan:
@@ -107,7 +92,7 @@ class TorchPlan:
         sig = (index, sa, sb, st_a, st_b, st_c, pa & 15, pb & 15, pc & 15, alpha, beta)
         hit = self.seen.get(sig)          # a signature seen before: its class's entry without the key
         if hit is None:
-            key = _class_key(index, sa, sb, st_a, st_b, st_c, pa, pb, pc, self.m, alpha, beta)
+            key = class_key(index, sa, sb, st_a, st_b, st_c, pa, pb, pc, self.m, alpha, beta)
             if self.exact_nk:
                 key = (*key, sa[-1], sb[-1])
             hit = self.bound.get(key)

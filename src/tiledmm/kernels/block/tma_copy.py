@@ -1,4 +1,5 @@
-"""Variant 'tma-copy': the persistent TMA kernel for operands the copy engine cannot take as given.
+"""Variant 'tma-copy': the persistent TMA kernel under the COPY policy (policies.py), for operands the
+copy engine cannot take as given.
 
 The TMA needs unit inner strides and 16-byte aligned row strides and bases; wgmma needs
 32-bit operands K-major. Where an operand breaks a rule (odd K or N in 16-bit, a row-major B
@@ -16,9 +17,11 @@ from . import configs as C
 from . import tma_persistent as T
 from ._vcommon import hopper, kind_of
 from .heuristics import Traits
+from .policies import COPY, variant_name
 from .transpose import transpose_into
 
-NAME = "tma-copy"
+KERNEL, POLICY = "tma", COPY
+NAME = variant_name(KERNEL, POLICY)       # "tma-copy"
 CONFIGS = C.TMA
 
 
@@ -76,5 +79,4 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
         cw.copy_(c)
     T.launch(a2, b2, cw, precision=precision, alpha=alpha, beta=beta, config=config)
     if cw is not c:
-        c.copy_(cw)
-        V.mark_written(c)
+        c.copy_(cw)      # (a torch op: it moves c's version counter itself)

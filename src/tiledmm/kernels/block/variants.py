@@ -1,7 +1,12 @@
-"""One launch function per variant of the Triton GEMM (the tutorials' way).
+"""The Triton GEMM's variants: each a kernel under an operand policy, one launch function each.
 
-Every variant has the same interface, so ``matmul.py`` can choose among them (and
-among their configs) per shape class, and new variants plug in by being listed:
+A variant is a kernel (``Variant.kernel``: "blocked", "tma", "splitk", ...) under an operand
+policy (``Variant.policy``, ``policies.py``: the operands as given, K-major copies made in the call,
+aligned copies of what the kernel cannot take, a cached K-major B); its name, which ``variant=``
+takes and the tables store, is derived from the two ("tma", "tma-kmajor", "tma-copy",
+"tma-kcache"). Every variant has the same interface, so ``dispatch.py`` can choose among them
+(and among their configs) per shape class; a variant joins by ``register`` (the registry at the
+end of this module: a new kernel family is its module and a line there):
 
     applicable(a, b, c, precision, alpha, beta) -> bool
     configs(kind) -> list[dict]                  candidate configs (``configs.py``)
@@ -16,6 +21,27 @@ torch tensors on the kernels' device with any strides (``tma`` takes fewer, see 
 Everything the dispatcher and the no-timing model need to know of a variant is an attribute
 of its ``Variant`` (``traits`` for the model, ``few_rows``, ``splits_batch``, ``emulation``,
 ``own_config``, ``epilogue``): the dispatcher never tests a variant's name.
+
+Each variant is kept because something picks it (``scripts/variant_picks.py``: the shipped H100
+table's 338 entries over every layout it holds; the no-timing default's picks -- rules > table >
+model -- and the model's alone over tiledmm.bench's square, irregular, transformer and llm suites,
+80 shapes x bf16, fp16, tf32, fp32 = 320, on a stand-in H100, and on a stand-in A100):
+
+    variant          table  default  model  A100   kept because
+    gluon-ws           155      186    151     0   16-bit and tf32 products on Hopper (the rules' own)
+    splitk              89       86     81    91   few output tiles and deep K; 77 of 80 exact fp32 shapes
+    blocked             39       37     36   188   any strides, any GPU; 16-bit products of 1-32 rows
+    tma                 17        2     24     0   exact fp32 on Hopper (every pick of it is fp32)
+    tma-copy            27        4      3     0   rows not 16-byte aligned (4097 x 4093 x 4095)
+    tma-kmajor           8        5     23     0   tf32 with a row-major B at 8192 rows (Hopper)
+    splitk-kmajor        3        0      2     3   tf32, row-major B, few output tiles (127 x 8191 x 127)
+    blocked-kmajor       0        0      0    38   tf32 with a row-major B off Hopper
+    simt-async           0        0      0     0   timed fastest in 26 exact-fp32 entries (``fastest``):
+                                                    the default takes it where its kernel is on disk
+    batched-small        0        0      0     0   batches of tiny products (no suite has them):
+                                                    1.27-7.31x torch from 10,000 products of up to 32^3
+    tma-kcache           -        -      -     -   opt-in (a reused weight's K-major copy kept):
+                                                    4096^3 tf32 0.97-1.07x torch vs 0.74-0.77x copying
 """
 from __future__ import annotations
 
@@ -25,6 +51,7 @@ from typing import Callable
 from ..._backend import emulating
 from . import configs as C
 from . import batched_small, gluon_gemm, kmajor_cache, splitk, tma_copy
+from .policies import AS_IS, KMAJOR, OPT_IN as OPT_IN_POLICIES, variant_name
 from . import heuristics as H
 from ._vcommon import capability, cdiv, hopper, index_of, tma_ok
 from ._vcommon import fast as _fast
@@ -36,11 +63,15 @@ from .tma_persistent import applicable as tma_applicable
 from .tma_persistent import launch as _tma_launch
 
 MAX_GRID_YZ = 65535   # CUDA's limit on gridDim.y and gridDim.z
+FORCED_DEFAULT = "blocked"    # what a forced config= without variant= runs (masked tiles, any strides)
+# the end of the error a forced variant that cannot run the call raises (dispatch._forced)
+FORCED_HINT = ("'tma' needs a Hopper GPU, 2-D inputs, unit inner strides and 16-byte aligned rows; "
+               "see kernels/block/variants.py for the others")
 
 
 @dataclass(frozen=True)
 class Variant:
-    name: str
+    kernel: str          # the kernel it runs; with ``policy``, its name (``name``)
     applicable: Callable[..., bool]
     configs: Callable[[str], list]
     launch: Callable[..., None]
@@ -73,8 +104,15 @@ class Variant:
     invariant: Callable[[list], list] | None = None
     # on_disk(config, a, b, c) -> whether a variant whose traits say ``compiles_per_process`` has this call's
     # kernel compiled on disk already (a first call loads it in milliseconds): the no-timing default may then
-    # take it where the shipped table timed it fastest (matmul._shipped_pick)
+    # take it where the shipped table timed it fastest (dispatch._shipped_pick)
     on_disk: Callable[..., bool] | None = None
+    # how the kernel is given its operands (policies.py)
+    policy: str = AS_IS
+
+    @property
+    def name(self) -> str:
+        """The public name: the kernel's, with the policy's after a hyphen unless AS_IS (policies.variant_name)."""
+        return variant_name(self.kernel, self.policy)
 
 
 def _dims(a, b):
@@ -140,20 +178,28 @@ TMA = Variant("tma", tma_applicable, lambda kind: C.TMA[kind], _tma_launch, True
 
 # -- tf32 with K-major operands ------------------------------------------------------------------
 
-def with_kmajor(v: Variant) -> Variant:
-    """``v`` run on K-major copies of A and B (made inside the call, so their cost counts)."""
+def _tma_takes_kmajor(a, b, c) -> bool:
+    """Whether the TMA kernel takes the operands the KMAJOR policy gives it: alignment judged on what
+    it will read, the operand kept (already K-major) or a fresh K-major copy."""
+    if a.dim() != 2 or b.dim() != 2 or c.dim() != 2 or not hopper(a) or 0 in a.shape or 0 in b.shape:
+        return False
+    fresh = (a.shape[1] * 4) % 16 == 0
+    return a.dtype == b.dtype == c.dtype and tma_ok(c) and (tma_ok(a) if a.stride(1) == 1 else fresh) \
+        and (tma_ok(b.T) if b.stride(0) == 1 else fresh)
+
+
+def with_kmajor(v: Variant, takes: Callable[..., bool] | None = None) -> Variant:
+    """Kernel ``v`` under the KMAJOR policy: run on K-major copies of A and B (made inside the call, so
+    their cost counts). ``takes(a, b, c)``: whether the kernel takes the copies it would be given
+    (a kernel with alignment rules: the TMA kernel's); None: ``v``'s own rules on the operands as given."""
     def operands(a, b):
         return k_major(a, -1), k_major(b, -2)
 
     def applicable(a, b, c, precision, alpha, beta):
         if precision != "tf32" or emulating() or (a.stride(-1) == 1 and b.stride(-2) == 1):
             return False
-        if v is TMA:   # judge alignment on what the kernel will read: the operand kept, or a fresh K-major copy
-            if a.dim() != 2 or b.dim() != 2 or c.dim() != 2 or not hopper(a) or 0 in a.shape or 0 in b.shape:
-                return False
-            fresh = (a.shape[1] * 4) % 16 == 0
-            return a.dtype == b.dtype == c.dtype and tma_ok(c) and (tma_ok(a) if a.stride(1) == 1 else fresh) \
-                and (tma_ok(b.T) if b.stride(0) == 1 else fresh)
+        if takes is not None:
+            return takes(a, b, c)
         return v.applicable(a, b, c, precision, alpha, beta)
 
     def launch(a, b, c, *, precision, alpha, beta, config, **epilogue):
@@ -172,8 +218,8 @@ def with_kmajor(v: Variant) -> Variant:
 
     t = v.traits
     traits = replace(t, speed=lambda p, cfg: t.speed(replace(p, b_kmajor=True), cfg), copies=copies)
-    return Variant(v.name + "-kmajor", applicable, v.configs, launch, replayable, v.prune, traits, v.own_config,
-                   v.few_rows, v.splits_batch, v.emulation, v.epilogue, invariant=v.invariant)
+    return Variant(v.kernel, applicable, v.configs, launch, replayable, v.prune, traits, v.own_config,
+                   v.few_rows, v.splits_batch, v.emulation, v.epilogue, invariant=v.invariant, policy=KMAJOR)
 
 
 # -- exact float32 on the SIMT ladder's rung 11 ----------------------------------------------------
@@ -219,11 +265,15 @@ SIMT_ASYNC = Variant("simt-async", _simt_applicable,
 # -- every variant the dispatcher chooses among ----------------------------------------------------
 
 def from_module(mod) -> Variant:
-    """A variant module (NAME, applicable, CONFIGS, launch, heuristic; REPLAYABLE, prune, TRAITS
-    where it has them) as a Variant."""
-    return Variant(mod.NAME, mod.applicable, lambda kind: mod.CONFIGS.get(kind, []), mod.launch,
-                   getattr(mod, "REPLAYABLE", False), getattr(mod, "prune", None), getattr(mod, "TRAITS", Traits()),
-                   mod.heuristic, class_launch=getattr(mod, "class_launch", None))
+    """A variant module (NAME, applicable, CONFIGS, launch, heuristic; REPLAYABLE, prune, TRAITS,
+    class_launch where it has them; KERNEL and POLICY where it is a policy of another kernel, else its
+    NAME is its kernel's, as given) as a Variant, whose derived name must be the module's NAME."""
+    v = Variant(getattr(mod, "KERNEL", mod.NAME), mod.applicable, lambda kind: mod.CONFIGS.get(kind, []), mod.launch,
+                getattr(mod, "REPLAYABLE", False), getattr(mod, "prune", None), getattr(mod, "TRAITS", Traits()),
+                mod.heuristic, class_launch=getattr(mod, "class_launch", None), policy=getattr(mod, "POLICY", AS_IS))
+    if v.name != mod.NAME:
+        raise ValueError(f"{mod.__name__}: kernel {v.kernel!r} under policy {v.policy!r} is {v.name!r}, not {mod.NAME!r}")
+    return v
 
 
 # -- the warp-specialised Gluon kernel (Hopper, gluon_gemm.py) --------------------------------------
@@ -234,7 +284,7 @@ def from_module(mod) -> Variant:
 # through the plan (torch 21) where the short path calls the variant's launch each
 # time: its class launch (gluon_gemm.class_launch) now takes the bound specialisation directly, 15-18 us
 # (torch 17; H100), so the model and the tuner count its repeat calls as bound
-# (matmul._repeats_bound): host_us below is the floor only where a call is not (CuPy, numba arrays). Its host
+# (dispatch._repeats_bound): host_us below is the floor only where a call is not (CuPy, numba arrays). Its host
 # floor is the worst of those in the model's units (the model's GPU times assume the tensor cores' peak;
 # the kernels reach ~0.79 of it: 27.4 x 0.79 = 22). Fused epilogue (bias, activation). Never in
 # the interpreter (Gluon does not run there). Listed last: where the model ties it with an earlier
@@ -274,9 +324,30 @@ GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune, epilogue=True, inva
                               capability=(9, 0), host_us=22.0, own_config_by_shape=True))
 
 SPLITK = from_module(splitk)
-ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, with_kmajor(SPLITK), from_module(tma_copy),
-       SIMT_ASYNC, replace(from_module(batched_small), splits_batch=True), GLUON]
-# opt-in only (variant="tma-kcache"): its cache of K-major copies trusts torch's version counter, which
-# writes from outside torch (CuPy, numba, a raw pointer) do not bump
-OPT_IN = [from_module(kmajor_cache)]
-BY_NAME = {v.name: v for v in ALL + OPT_IN}
+
+
+# -- the registry: every variant, in the order the dispatcher offers them (the model's ties go to the
+# earlier one; the batch-invariant mode's too) -----------------------------------------------------
+
+ALL: list[Variant] = []       # what the dispatcher chooses among
+OPT_IN: list[Variant] = []    # run only where forced (variant=): their policy is opt-in (policies.OPT_IN)
+BY_NAME: dict[str, Variant] = {}
+
+
+def register(v: Variant) -> Variant:
+    """Add ``v`` to the registry (``OPT_IN`` where its policy is opt-in, else ``ALL``, last); a name
+    registered already is an error."""
+    if v.name in BY_NAME:
+        raise ValueError(f"variant {v.name!r} is registered already")
+    (OPT_IN if v.policy in OPT_IN_POLICIES else ALL).append(v)
+    BY_NAME[v.name] = v
+    return v
+
+
+for _v in (BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA, _tma_takes_kmajor), SPLITK, with_kmajor(SPLITK),
+           from_module(tma_copy), SIMT_ASYNC, replace(from_module(batched_small), splits_batch=True), GLUON,
+           # its cache of K-major copies trusts torch's version counter, which writes from outside torch
+           # (CuPy, numba, a raw pointer) do not move: opt-in (policies.KCACHE)
+           from_module(kmajor_cache)):
+    register(_v)
+del _v

@@ -1,15 +1,23 @@
 """The Triton family's dispatcher: which variant, with which config, for this call.
 
-The kernels are in ``kernels.py``, their configs in ``configs.py``, one launch function
-per variant in ``variants.py``. Here a call is reduced to a *plan key* -- dtype,
-precision, layout (which strides are unit, whether every base and row is 16-byte
-aligned, whether every row is a multiple of 128 bytes), shape class (log2 buckets of
-M, N, K), batch, alpha == 1, beta == 0, device index -- and the key resolves, once, to a launch: by default the variant and config the
-analytic model picks (``heuristics.py``: microseconds, nothing timed); a choice in the
-tuning store wins over it; with ``TILEDMM_TUNE=on`` a key the store lacks is tuned by
-timing the candidates on the caller's own operands (``tiledmm.tuning``: remembered on
-disk) -- never during CUDA-graph capture. Later calls with the same key only read shapes
-and strides and launch.
+The kernels are in ``kernels.py``, their configs in ``configs.py``, the variants (each a kernel
+under an operand policy) registered in ``variants.py``. Here a call is reduced to a *plan key*
+(``plan_key``, computed from the short path's class key: dtypes, precision, ranks, which strides
+are unit, whether every base and stride is 16-byte aligned and every stride a multiple of 128
+bytes, shape class -- log2 buckets of M, N, K --, alpha == 1, beta == 0, device index), and a key
+resolves, once, to a launch. Its precedence, first to last:
+
+    forced   ``variant=`` / ``config=``: run as asked, no plan (``launch``)
+    store    a choice in the tuning store (``tiledmm tune``, an earlier TILEDMM_TUNE=on run)
+    timed    with TILEDMM_TUNE=on, the candidates timed on the caller's own operands (remembered on
+             disk; never during CUDA-graph capture)
+    rules    a call a variant owns (``rules.RULES``: data, not branches)
+    table    the shipped table's entry for this GPU and class (``shipped.py``)
+    model    the analytic model's pick (``heuristics.py``: microseconds, nothing timed)
+
+``SOURCES`` lists the plan's five in that order and ``_resolve`` takes the first that answers.
+Variants are never named here: the dispatcher iterates the registry (``variants.ALL``). Later
+calls with the same key only read shapes and strides and launch.
 """
 from __future__ import annotations
 
@@ -20,21 +28,25 @@ from typing import Callable
 from ... import invariance, tuning
 from ..._arrays import TiledmmError
 from ..._backend import emulating
-from ...registry import shape_class
 from ...timing import device_and_host, rotation_for
 from . import check_precision
 from . import configs as C
 from . import heuristics as H
+from . import rules as R
 from . import shipped
-from . import tma_copy
 from . import variants as V
 from ._vcommon import device, index_of, kind_of
+from .policies import AS_IS, variant_name
 
 VARIANTS = tuple(V.BY_NAME)
+# Where a new plan key's launch comes from: the first of these with an answer (``_Sources``' methods of
+# these names) wins; the model always has one. A forced variant= or config= comes before them all
+# (``launch`` runs it without a plan).
+SOURCES = ("store", "timed", "rules", "table", "model")
 
 _plans: dict[tuple, Callable] = {}   # written under _lock; read without (a dict read is atomic)
 _lock = threading.RLock()
-# plan key -> how its launch was chosen: {"source": store|timed|table|model, "variant", "config", "model",
+# plan key -> how its launch was chosen: {"source": one of SOURCES, "variant", "config", "model",
 # "tuning_key"} (for reports and for writing a shipped table)
 _choices: dict[tuple, dict] = {}
 
@@ -67,11 +79,43 @@ def _rows128(a, b, c) -> bool:
     return all((s * e) % 128 == 0 for t in (a, b, c) for s in t.stride()[-2:] if s != 1)
 
 
+def class_key(index, sa, sb, st_a, st_b, st_c, pa: int, pb: int, pc: int, m: int, alpha, beta) -> tuple:
+    """A call's *class*, from the values the short path holds (shapes ``sa``, ``sb``, strides, data
+    pointers, ``m`` = 16 // A's element size): device index, ranks, bit lengths of M, N, K, which of the
+    six strides of the last two dimensions are unit, each stride modulo 16 bytes, each pointer's 16-byte
+    residue, alpha == 1, beta == 0, whether every stride that is not unit is a multiple of 128 bytes
+    (``m << 3`` elements). The short path keys its bound launches by it (a compiled kernel's
+    specialisation depends on the residues); ``plan_key`` is computed from it (``plan_of``), so one
+    class is one plan key, one choice, by construction."""
+    r = m << 3
+    return (index, len(sa), len(sb), sa[-2].bit_length(), sb[-1].bit_length(), sa[-1].bit_length(),
+            st_a[-2] == 1, st_a[-1] == 1, st_b[-2] == 1, st_b[-1] == 1, st_c[-2] == 1, st_c[-1] == 1,
+            st_a[-2] % m, st_a[-1] % m, st_b[-2] % m, st_b[-1] % m, st_c[-2] % m, st_c[-1] % m,
+            pa & 15, pb & 15, pc & 15, alpha == 1, beta == 0,
+            (st_a[-2] == 1 or st_a[-2] % r == 0) and (st_a[-1] == 1 or st_a[-1] % r == 0)
+            and (st_b[-2] == 1 or st_b[-2] % r == 0) and (st_b[-1] == 1 or st_b[-1] % r == 0)
+            and (st_c[-2] == 1 or st_c[-2] % r == 0) and (st_c[-1] == 1 or st_c[-1] % r == 0))
+
+
+def plan_of(a_dtype, c_dtype, precision: str, cls: tuple) -> tuple:
+    """The plan key of a call of class ``cls`` (``class_key``) with these dtypes and precision: the dtypes,
+    precision, ranks, which strides are unit (A's, B's two, C's inner), whether every base and every stride
+    that is not unit is 16-byte aligned (TMA's rule), the shape class (``registry.shape_class``'s log2
+    buckets: bit length less one), alpha == 1, beta == 0, whether those strides are multiples of 128 bytes
+    (the Gluon kernel's loads: heuristics.gluon_speed), the device index."""
+    (index, nda, ndb, bits_m, bits_n, bits_k, am1, ak1, bk1, bn1, cm1, cn1, am, ak, bk, bn, cm, cn,
+     pa, pb, pc, alpha1, beta0, rows128) = cls
+    aligned = not (pa | pb | pc) and (am1 or not am) and (ak1 or not ak) and (bk1 or not bk) \
+        and (bn1 or not bn) and (cm1 or not cm) and (cn1 or not cn)
+    return (a_dtype, c_dtype, precision, nda, ndb, ak1, bn1, bk1, cn1, aligned,
+            (max(bits_m - 1, 0), max(bits_n - 1, 0), max(bits_k - 1, 0)), alpha1, beta0, rows128, index)
+
+
 def plan_key(a, b, c, precision: str, alpha: float, beta: float) -> tuple:
-    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-    return (a.dtype, c.dtype, precision, a.dim(), b.dim(), a.stride(-1) == 1, b.stride(-1) == 1,
-            b.stride(-2) == 1, c.stride(-1) == 1, _aligned(a, b, c), shape_class(M, N, K),
-            alpha == 1.0, beta == 0.0, _rows128(a, b, c), index_of(c))
+    """The call's plan key (``plan_of`` its class): what its launch is chosen by, once."""
+    return plan_of(a.dtype, c.dtype, precision,
+                   class_key(index_of(c), a.shape, b.shape, a.stride(), b.stride(), c.stride(), a.data_ptr(),
+                             b.data_ptr(), c.data_ptr(), max(1, 16 // a.element_size()), alpha, beta))
 
 
 def launch(a, b, c, *, precision: str, alpha: float = 1.0, beta: float = 0.0, variant: str | None = None,
@@ -117,15 +161,14 @@ def _bind(v: V.Variant, precision: str, config: dict) -> Callable:
 
 
 def _forced(a, b, c, precision, alpha, beta, variant, config) -> None:
-    v = V.BY_NAME.get(variant or "blocked")
+    v = V.BY_NAME.get(variant or V.FORCED_DEFAULT)
     if v is None:
         raise TiledmmError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
     if not v.applicable(a, b, c, precision, alpha, beta):
         raise TiledmmError(
             f"variant {v.name!r} cannot run this call (a {tuple(a.shape)} strides {a.stride()}, "
             f"b {tuple(b.shape)} strides {b.stride()}, precision {precision}, alpha {alpha}, beta {beta}); "
-            "'tma' needs a Hopper GPU, 2-D inputs, unit inner strides and 16-byte "
-            "aligned rows; see kernels/block/variants.py for the others")
+            + V.FORCED_HINT)
     if v.own_config is None:            # the module variants pick their own config and fill in a partial one
         if config is None:
             dev = device(index_of(c))
@@ -227,7 +270,8 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
     (``_fastest_on_disk``: rung 11 after its first compile on this machine). For a
     variant whose config is its own model's (``Traits.own_config_by_shape``) the table gives the variant
     and the candidate of this call's size its config (the table's was the model's at the class's
-    representative size, up to 2x off in N and K)."""
+    representative size, up to 2x off in N and K). An entry whose variant's policy copies nothing for
+    this call is taken as its kernel's with the operands as given (``_as_given``)."""
     if not shipped.enabled():
         return None
     from ...analysis.device import properties
@@ -243,14 +287,11 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
         if fast is not None:       # the entry's fastest (rung 11), whose kernel a first call loads from disk
             options.setdefault(fast.name, fast)
             return fast.name
-        v = runnable.get(e["variant"])
-        if e["variant"] == tma_copy.NAME and v is not None and v.traits.copies(a, b, c, precision) == 0 \
-                and V.TMA.name in runnable:
-            v = runnable[V.TMA.name]    # tma-copy with nothing to copy: the same kernel, whose repeat calls are bound
+        v = _as_given(runnable.get(e["variant"]), runnable, a, b, c, precision)
         if v is None or dev.capability < v.traits.capability or v.traits.compiles_per_process:
             continue
         if v.traits.own_config_by_shape:      # the table's variant, its own model's config for this call
-            own = _own_pick(options, v.name, p, dev)
+            own = R.own_pick(options, v.name, p, dev)
             if own:
                 return own
         cfg = e["config"]
@@ -261,6 +302,17 @@ def _shipped_pick(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, opt
             options[name] = H.Candidate(name, dict(cfg), v.traits, 0, v, True)
         return name
     return None
+
+
+def _as_given(v: V.Variant | None, runnable: dict, a, b, c, precision) -> V.Variant | None:
+    """``v``, or where its operand policy copies nothing for this call (``Traits.copies`` 0: ``tma-copy`` on
+    operands the TMA kernel takes as they are) the same kernel's AS_IS variant if it runs the call: one
+    kernel, one config, but repeat calls one bound launch (H100: tma-copy's unbound host path 48-140 us a
+    call) and the fused epilogue."""
+    if v is None or v.policy == AS_IS or v.traits.copies is None or v.traits.copies(a, b, c, precision):
+        return v
+    plain = runnable.get(variant_name(v.kernel, AS_IS))
+    return plain if plain is not None and plain.kernel == v.kernel else v
 
 
 def _fastest_on_disk(e: dict, runnable: dict, a, b, c, precision) -> H.Candidate | None:
@@ -277,91 +329,85 @@ def _fastest_on_disk(e: dict, runnable: dict, a, b, c, precision) -> H.Candidate
     return H.Candidate(name, dict(cfg), v.traits, 0, v, _repeats_bound(v, a, b, c))
 
 
-# 16-bit products the Gluon kernel takes, of at least GLUON_OWNS_FROM_M rows and GLUON_OWNS_FROM_MACS
-# multiply-adds, are its own: the model's pick is the Gluon kernel with its own config, over the shipped
-# table. The table's 16-bit entries were timed before the kernel's tail split, and where they name a
-# Triton-level variant there it ran at 0.86-0.93x torch on shapes the Gluon kernel ran at 0.97-1.08x
-# (8192^3, 3000x2000x4000, 2048x11008x4096; H100, docs/history.md). Below either bound the
-# table stands: at 32-48 rows its few-row kernels ran the random-M loop at 0.90-0.92x torch against the
-# Gluon kernel's 0.60-0.62x, and products of a few microseconds are host-bound, where the table's timings
-# (which count host time) are the better guide.
-GLUON_OWNS_FROM_M = 64
-GLUON_OWNS_FROM_MACS = 2 ** 32
-# A batch (every product's M a tile multiple: gluon_gemm.batch_fits) of at least GLUON_OWNS_FROM_MACS
-# multiply-adds is the Gluon kernel's own in tf32, and in 16-bit from GLUON_BATCH_FROM_K on: one launch over
-# all products' tiles. Measured (H100, docs/history.md) against the table's blocked kernel,
-# x torch: tf32 64x512^3 0.53 -> 1.03, 16x1024^3 0.44 -> 1.10; 16-bit 16x1024^3 0.89 -> 0.99 (bf16),
-# 0.92 -> 1.11 (fp16); products with K or N = 64 at 0.41-0.68 against the blocked kernel's 1.3: other batches
-# do not offer the Gluon kernel to the no-timing pick at all (timing still may take it). K from 512, not
-# 1024 (an earlier build of the kernel ran 64x512^3 bf16 at 0.70): through
-# tiledmm.matmul, two alternating rounds, 64x512^3 0.82-0.85 -> 1.00-1.01, 32x512^3 0.84-1.01 -> 0.99-1.11,
-# 128x512x768x512 0.83-0.85 -> 0.95-0.97, bf16 and fp16 (docs/history.md).
-GLUON_OWNS_BATCHES = True
-GLUON_BATCH_FROM_K = 512
-
-
-def _gluon_batch(p: H.Problem) -> bool:
-    """A batch the Gluon kernel owns (see GLUON_OWNS_BATCHES)."""
-    return GLUON_OWNS_BATCHES and p.batch * p.M * p.N * p.K >= GLUON_OWNS_FROM_MACS and \
-        (p.kind == "tf32" or p.K >= GLUON_BATCH_FROM_K)
-
-
-def _gluon_owns(p: H.Problem, options: dict, dev) -> str | None:
-    """The Gluon kernel's candidate where the call is one of its own (see GLUON_OWNS_FROM_M), else None."""
-    if p.batch > 1:
-        if not _gluon_batch(p):
-            return None
-    elif p.kind != "16bit" or p.M < GLUON_OWNS_FROM_M or p.M * p.N * p.K < GLUON_OWNS_FROM_MACS:
-        return None
-    return _own_pick(options, V.GLUON.name, p, dev)
-
-
-def _own_pick(options: dict, variant: str, p: H.Problem, dev) -> str | None:
-    """The model's pick among ``variant``'s candidates in ``options``, or None where it has none."""
-    own = [cd for cd in options.values() if cd.variant is not None and cd.variant.name == variant]
-    return H.pick(own, p, dev).name if own else None
+def _untimed(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, options: dict) -> tuple:
+    """(the rules' pick, the shipped table's, the model's) among ``options`` (the table's may be added to
+    them), each None where it has none: a call a rule gives a variant is asked of neither the table nor
+    the model; a variant a rule leaves out is not in the model's pick."""
+    dev = device(index_of(c))
+    owned, left_out = R.ruling(p, options, dev)
+    if owned is not None:
+        return owned, None, None
+    offered = [cd for cd in options.values() if cd.variant is None or cd.variant.name not in left_out]
+    model = H.pick(offered, p, dev).name
+    return None, _shipped_pick(key, a, b, c, precision, alpha, beta, p, options), model
 
 
 def untimed_choices(key: tuple, a, b, c, precision, alpha, beta, p: H.Problem, options: dict) -> tuple:
-    """(the model's pick, the shipped table's pick or None) among ``options`` (the table's may be added to
-    them): without a stored or timed choice, the table's is taken, else the model's. A call the Gluon
-    kernel owns (``_gluon_owns``) is the model's: the Gluon kernel, no table pick; a batch it does not
-    own is not offered to the model (GLUON_OWNS_BATCHES)."""
-    dev = device(index_of(c))
-    owned = _gluon_owns(p, options, dev)
-    if owned is not None:
-        return owned, None
-    cands = [cd for cd in options.values()
-             if p.batch == 1 or cd.variant is None or cd.variant.name != V.GLUON.name]
-    pick = H.pick(cands, p, dev).name
-    return pick, _shipped_pick(key, a, b, c, precision, alpha, beta, p, options)
+    """(the rules' pick, else the model's; the shipped table's pick or None): what a plan takes without a
+    stored or timed choice (``SOURCES``: rules, then table, then model)."""
+    owned, table, model = _untimed(key, a, b, c, precision, alpha, beta, p, options)
+    return owned or model, table
 
 
-def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Callable:
-    """Variant and config for a new plan key (called under _lock): the store's choice where it
-    has one; with tuning on, the fastest candidate timed on the caller's operands into a scratch
-    output; else the shipped table's choice (``shipped.py``) or the model's pick."""
-    import torch
-    options = {cd.name: cd for cd in candidates(a, b, c, precision, alpha, beta, key, passes)}
-    p = _problem(a, b, c, precision)
-    pick, table_pick = untimed_choices(key, a, b, c, precision, alpha, beta, p, options)
-    capturing = not emulating() and torch.cuda.is_current_stream_capturing()
+# -- the precedence: where a new plan key's launch comes from (SOURCES) --------------------------------
 
-    sets: list = []
+class _Sources:
+    """A new plan key's sources (``SOURCES``), each a method answering a candidate's name or None. The
+    untimed answers are found first: the shipped table's entry joins the candidates the store and the
+    timing take (``_untimed``)."""
 
-    def operands() -> list:
+    def __init__(self, key: tuple, a, b, c, precision, alpha, beta, passes: int):
+        import torch
+        self.args = (a, b, c, precision, alpha, beta)
+        self.options = {cd.name: cd for cd in candidates(a, b, c, precision, alpha, beta, key, passes)}
+        self.p = p = _problem(a, b, c, precision)
+        self.owned, self.table_pick, model = _untimed(key, a, b, c, precision, alpha, beta, p, self.options)
+        self.model_pick = self.owned or model      # (recorded as the model's where a rule owns the call)
+        self.capturing = not emulating() and torch.cuda.is_current_stream_capturing()
+        self.tkey = tuning.key_of("triton", *(str(k) for k in key[:-1]))
+        self._sets: list = []
+
+    def store(self) -> str | None:
+        """The tuning store's choice for the key (``tiledmm tune``, an earlier TILEDMM_TUNE=on run)."""
+        name = tuning.lookup(self.tkey)
+        return name if name in self.options else None
+
+    def timed(self) -> str | None:
+        """With TILEDMM_TUNE=on (and not during a CUDA-graph capture), the fastest candidate timed on the
+        caller's operands, remembered in the store; None where nothing was timed."""
+        return tuning.choose(self.tkey, {n: self._timer(cd) for n, cd in self.options.items()}, None,
+                             timeable=not self.capturing)
+
+    def rules(self) -> str | None:
+        """The variant that owns the call by ``rules.RULES``: the model's pick among its candidates."""
+        return self.owned
+
+    def table(self) -> str | None:
+        """The shipped table's entry for the class (``_shipped_pick``)."""
+        return self.table_pick
+
+    def model(self) -> str:
+        """The no-timing model's pick (heuristics.py) among the candidates the rules offer."""
+        return self.model_pick
+
+    def _operands(self) -> list:
         """The caller's operands and copies of them, rotated so that together they do not fit in L2
         (timing.py's method: a product whose operands stay in L2 would time the cache, not HBM)."""
-        if not sets:
+        if not self._sets:
+            a, b, p = self.args[0], self.args[1], self.p
             n = rotation_for((p.batch, p.M, p.K, p.N), str(a.dtype).replace("torch.", ""))
             if (a.data_ptr() | b.data_ptr()) % 16:
                 n = 1           # copies would be aligned: another specialisation than the caller's
-            sets.append((a, b))
+            self._sets.append((a, b))
             for _ in range(n - 1):
-                sets.append(tuple(t.clone() if t.is_contiguous() or t.mT.is_contiguous() else t for t in (a, b)))
-        return sets
+                self._sets.append(tuple(t.clone() if t.is_contiguous() or t.mT.is_contiguous() else t
+                                        for t in (a, b)))
+        return self._sets
 
-    def timer(cd: H.Candidate):
+    def _timer(self, cd: H.Candidate):
+        import torch
+        a, b, c, precision, alpha, beta = self.args
+
         def run() -> float:
             scratch = torch.empty_strided(c.shape, c.stride(), dtype=c.dtype, device=c.device)
             if beta != 0.0:
@@ -370,29 +416,32 @@ def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Ca
             # what a repeat call costs: the GPU's time, and for a variant whose repeat calls are not
             # one bound launch (fastlaunch.replay) its host time too, whichever is longer
             gpu, host = device_and_host([lambda x=x, y=y: f(x, y, scratch, alpha=alpha, beta=beta)
-                                         for x, y in operands()])
+                                         for x, y in self._operands()])
             return gpu if _repeats_bound(cd.variant, a, b, c) else max(gpu, host)
         return run
 
-    tkey = tuning.key_of("triton", *(str(k) for k in key[:-1]))
-    stored = tuning.lookup(tkey)
-    name = tuning.choose(tkey, {n: timer(cd) for n, cd in options.items()}, table_pick or pick,
-                         timeable=not capturing)
-    source = "store" if stored == name else ("timed" if tuning.timings(tkey) and tuning.lookup(tkey) == name
-                                             else ("table" if name == table_pick else "model"))
-    chosen = options[name]
+
+def _resolve(key: tuple, a, b, c, precision, alpha, beta, passes: int = 0) -> Callable:
+    """Variant and config for a new plan key (called under _lock): the first answer of ``SOURCES``."""
+    ask = _Sources(key, a, b, c, precision, alpha, beta, passes)
+    for source in SOURCES:
+        name = getattr(ask, source)()
+        if name is not None:
+            break
+    chosen, tkey = ask.options[name], ask.tkey
     # the variant's own model's config (not a stored or timed one): the variant takes its model's config
     # for each call's own size (the class's was the model's at the class's least M and the first call's
     # N and K; a class spans up to 2x in each)
-    by_shape = source in ("model", "table") and chosen.variant.traits.own_config_by_shape
+    by_shape = source in ("rules", "table", "model") and chosen.variant.traits.own_config_by_shape
     fn = _bind(chosen.variant, precision, None if by_shape else chosen.config)
-    if not capturing or tuning.lookup(tkey) is not None:
+    if not ask.capturing or tuning.lookup(tkey) is not None:
         _plans[key] = fn
         _choices[key] = {"source": source, "variant": chosen.variant.name, "config": chosen.config,
-                         "model": pick, "tuning_key": tkey, "by_shape": by_shape}
+                         "model": ask.model_pick, "tuning_key": tkey, "by_shape": by_shape}
         if source == "timed":
-            d = _default_eligible(options, tuning.timings(tkey) or {}, name)
-            _choices[key]["default"] = {"name": d, "variant": options[d].variant.name, "config": options[d].config}
+            d = _default_eligible(ask.options, tuning.timings(tkey) or {}, name)
+            _choices[key]["default"] = {"name": d, "variant": ask.options[d].variant.name,
+                                        "config": ask.options[d].config}
     return fn
 
 

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Which variants earn their place: per variant, the shipped H100 table's entries and the no-timing
+default's picks over tiledmm.bench.SUITES, on any machine (a CPU one too).
+
+    PYTHONPATH=src python3 scripts/variant_picks.py [--suites square,irregular,transformer,llm] [--ampere]
+
+The picks are the dispatcher's own (``dispatch.candidates`` and ``dispatch._untimed``: the rules, the
+shipped table, the model) for the bench's operands (row-major, "nn") of every suite shape, in bf16,
+fp16, tf32 and fp32, as an H100 would make them: a stand-in device (``heuristics.H100``, the H100's
+name for the table) and torch CPU tensors that call themselves CUDA tensors. Three counts per
+variant: the table's entries (every layout the table holds), the entries where it was timed fastest
+but the entry holds another (it compiles anew in every process: rung 11), the default's picks (rules >
+table > model) and the model's (rules > model: ``TILEDMM_TABLE=off``). Nothing is launched or timed.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import types
+
+import torch
+
+DTYPES = {"bf16": (torch.bfloat16, "none"), "fp16": (torch.float16, "none"), "tf32": (torch.float32, "tf32"),
+          "fp32": (torch.float32, "ieee")}
+H100_NAME = "NVIDIA H100 80GB HBM3"
+
+
+class _Cuda(torch.Tensor):
+    """A CPU tensor that the variants' applicability tests take for one on CUDA device 0."""
+    is_cuda = property(lambda self: True)
+
+    def get_device(self) -> int:
+        return 0
+
+
+AMPERE = None    # set by --ampere: heuristics.Device of an A100 (capability 8.0: no TMA, no wgmma; no table)
+
+
+def _stand_in_h100():
+    """Patch the dispatcher's view of the machine into an H100's, or with --ampere an A100's (this process
+    only)."""
+    import tiledmm._device as device_facts
+    import tiledmm.analysis.device as analysis_device
+    from tiledmm.kernels.block import dispatch, heuristics as H, kmajor_cache, tma_copy, tma_persistent, variants
+    dev = AMPERE or H.H100
+    for mod in (variants, tma_copy, tma_persistent):
+        mod.hopper = lambda *t: AMPERE is None
+    kmajor_cache.V.hopper = lambda *t: AMPERE is None
+    for mod in (dispatch, variants):
+        mod.emulating = lambda: False
+    dispatch.device = lambda index=None: dev
+    device_facts.is_hopper = lambda index=None: AMPERE is None
+    analysis_device.properties = lambda index=0: types.SimpleNamespace(
+        name="NVIDIA A100-SXM4-80GB" if AMPERE else H100_NAME, num_sms=dev.sms, l2_bytes=50 * 2 ** 20,
+        capability=dev.capability)   # (rung 11: not on disk)
+    torch.cuda.is_current_stream_capturing = lambda: False
+    os.environ.pop("TRITON_INTERPRET", None)      # (read by the Gluon kernel's applicability test)
+
+
+def _operands(shape, dtype):
+    *batch, m, k, n = shape
+    return tuple(torch.empty(*batch, r, c, dtype=dtype).as_subclass(_Cuda) for r, c in ((m, k), (k, n), (m, n)))
+
+
+def picks(suites: list[str]) -> dict:
+    """{"default": Counter, "model": Counter} of the variants picked over ``suites``' shapes and DTYPES."""
+    from tiledmm.bench import SUITES
+    from tiledmm.kernels.block import dispatch
+    out = {"default": collections.Counter(), "model": collections.Counter()}
+    shapes = list(dict.fromkeys(s for suite in suites for s in SUITES[suite]))
+    for label, (dtype, precision) in DTYPES.items():
+        for shape in shapes:
+            a, b, c = _operands(shape, dtype)
+            key = dispatch.plan_key(a, b, c, precision, 1.0, 0.0)
+            options = {cd.name: cd for cd in dispatch.candidates(a, b, c, precision, 1.0, 0.0, key)}
+            p = dispatch._problem(a, b, c, precision)
+            for which, table in (("default", "on"), ("model", "off")):
+                os.environ["TILEDMM_TABLE"] = table
+                owned, from_table, model = dispatch._untimed(key, a, b, c, precision, 1.0, 0.0, p, dict(options))
+                name = owned or from_table or model
+                out[which][name.partition(":")[0]] += 1
+    os.environ.pop("TILEDMM_TABLE", None)
+    return out
+
+
+def table_counts() -> dict:
+    """{"table": the entries' variants, "fastest": the variants timed fastest where the entry holds another
+    (compiled anew in every process: rung 11)}."""
+    from tiledmm.kernels.block import shipped
+    table = None if AMPERE else shipped.table_for(H100_NAME, 132)
+    entries = [e for group in (table or {"index": {}})["index"].values() for e in group]
+    return {"table": collections.Counter(e["variant"] for e in entries),
+            "fastest": collections.Counter(e["fastest"].partition(":")[0] for e in entries if e.get("fastest"))}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--suites", default="square,irregular,transformer,llm")
+    ap.add_argument("--ampere", action="store_true", help="the picks on a stand-in A100 (capability 8.0)")
+    args = ap.parse_args(argv)
+    global AMPERE
+    if args.ampere:
+        from tiledmm.kernels.block import heuristics as H
+        AMPERE = H.Device(108, (8, 0), 166912 - 1024, 2.0e6)
+    _stand_in_h100()
+    from tiledmm.kernels.block import variants
+    counts = {**table_counts(), **picks(args.suites.split(","))}
+    names = [v.name for v in variants.ALL + variants.OPT_IN]
+    print(f"{'variant':16}" + "".join(f"{k:>9}" for k in counts))
+    for n in names:
+        print(f"{n:16}" + "".join(f"{c.get(n, 0):9d}" for c in counts.values()))
+    print(f"{'(all)':16}" + "".join(f"{sum(c.values()):9d}" for c in counts.values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
