@@ -273,7 +273,7 @@ GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune, epilogue=True, inva
                 traits=Traits(persistent=True, tma_store=True, split=_gluon_split, speed=H.gluon_speed,
                               capability=(9, 0), host_us=22.0, own_config_by_shape=True))
 
-SPLITK = from_module(splitk)
+SPLITK = replace(from_module(splitk), invariant=splitk.invariant)
 ALL = [BLOCKED, with_kmajor(BLOCKED), TMA, with_kmajor(TMA), SPLITK, with_kmajor(SPLITK), from_module(tma_copy),
        SIMT_ASYNC, replace(from_module(batched_small), splits_batch=True), GLUON]
 # opt-in only (variant="tma-kcache"): its cache of K-major copies trusts torch's version counter, which
