@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 from tiledmm.kernels.block import heuristics as H  # noqa: E402
 from tiledmm.kernels.block import invariant  # noqa: E402
 from tiledmm.kernels.block import dispatch as bm  # noqa: E402
+from tiledmm.kernels.block import splitk  # noqa: E402
 from tiledmm.kernels.block import variants as V  # noqa: E402
 
 DEV = "cuda" if GPU else "cpu"
@@ -149,11 +150,86 @@ def test_the_choice_on_an_h100_splits_nothing_and_is_the_same_for_any_call(kind,
 
 
 def test_split_and_tail_configs_are_never_offered():
+    """The Gluon kernel's split and tail (arrival-order adds, a split that follows M): never; split-K only
+    with its split count fixed in the config and its partials added in split order (ORDERED)."""
     for kind in ("16bit", "tf32"):
         for cfg in V.GLUON.invariant(V.GLUON.configs(kind)):
             assert cfg["SPLIT_K"] == 1 and cfg["TAIL"] == 0
-    assert V.SPLITK.invariant is None and V.SIMT_ASYNC.invariant is None
+    assert V.SIMT_ASYNC.invariant is None
     assert all(v.invariant is None for v in V.ALL if v.name in ("tma-copy", "batched-small"))
+    for kind in ("16bit", "tf32", "ieee"):
+        offered = V.SPLITK.invariant(V.SPLITK.configs(kind))
+        assert offered and all(c["SPLIT_K"] >= 2 and c["ORDERED"] and not c.get("SWAP") for c in offered)
+
+
+# -- split-K with its split fixed by N and K -----------------------------------------------------------------
+
+def _split_candidates(kind: str, esize: int, dev: H.Device, N: int, K: int, variants=(V.BLOCKED, V.SPLITK)) -> list:
+    """The mode's candidates of ``variants`` for (N, K) on ``dev`` (invariant.candidates' rules without
+    tensors): each config that fits, a split one where ``invariant.split_of`` offers it."""
+    out = []
+    for v in variants:
+        for cfg in v.invariant(v.configs(kind)):
+            if H.fits(cfg, esize, esize, v.traits.tma_store, dev.smem) and \
+                    invariant.split_of(v, cfg, N, K, dev) is not None:
+                out.append((v, H.Candidate(bm.candidate_name(v.name, cfg), cfg, v.traits, 0, v), lambda rows: 0))
+    return out
+
+
+def test_a_split_is_offered_only_where_it_is_the_same_at_every_m_and_splits():
+    dev = H.H100
+    cfg = dict(V.SPLITK.configs("16bit")[0])
+    assert invariant.split_of(V.SPLITK, cfg, 4096, 4096, dev) is None        # its split follows M: never
+    fixed = V.SPLITK.invariant([cfg])
+    by_count = {c["SPLIT_K"]: invariant.split_of(V.SPLITK, c, 127, 8192, dev) for c in fixed}
+    assert by_count[2] == 2 and by_count[16] == 16
+    assert by_count[64] is None                      # slices of 1 K step (BLOCK_K 128): under MIN_SLICE_STEPS
+    assert invariant.split_of(V.SPLITK, fixed[0], 127, 128, dev) is None     # one slice: the unsplit configs'
+    for c in fixed:                                  # the slices: K and the config alone, whatever M or the SMs
+        assert len({splitk.splits_for(m, n, 8192, b, c, sms) for m in (1, 7, 100, 8192) for n in (1, 127)
+                    for b in (1, 3) for sms in (4, 132)}) == 1
+
+
+@pytest.mark.parametrize("kind,esize,N,K,aligned", [("16bit", 2, 127, 8191, False), ("16bit", 2, 128, 8192, True),
+                                                    ("ieee", 4, 4096, 4096, True), ("tf32", 4, 127, 8191, True)])
+def test_few_row_long_k_products_take_a_fixed_split_on_an_h100(kind, esize, N, K, aligned):
+    """Where the output's tiles leave most of an H100's SMs idle at few rows and K is long, the ladder's
+    choice is split-K with its split fixed (127 x 8191 x 127 bf16 cost 13.5x the normal mode without it)."""
+    cands = _split_candidates(kind, esize, H.H100, N, K, (V.BLOCKED, V.TMA, V.SPLITK) if aligned else
+                              (V.BLOCKED, V.SPLITK))
+
+    def problem(rows):
+        return H.Problem(rows, N, K, 1, kind, esize, esize, False, aligned, aligned)
+    v, cd, score = invariant.choose(cands, problem, H.H100)
+    assert v is V.SPLITK and cd.config["ORDERED"] and invariant.split_of(v, cd.config, N, K, H.H100) >= 2, cd.name
+    no_split = [c for c in cands if c[0] is not V.SPLITK]
+    assert invariant.choose(no_split, problem, H.H100)[1] is not cd
+
+
+def test_a_narrow_win_of_a_split_over_the_ladder_is_not_taken(monkeypatch):
+    """bf16 4096 x 11008 on an H100: a split scores about 2 % better over the ladder (few rows gain, many
+    rows lose about 2x): within SPLIT_MARGIN, so the unsplit choice stands; without the margin, the split."""
+    N, K = 4096, 11008
+    cands = _split_candidates("16bit", 2, H.H100, N, K, (V.BLOCKED, V.TMA, V.GLUON, V.SPLITK))
+
+    def problem(rows):
+        return H.Problem(rows, N, K, 1, "16bit", 2, 2)
+    assert invariant.choose(cands, problem, H.H100)[0] is not V.SPLITK
+    monkeypatch.setattr(invariant, "SPLIT_MARGIN", 1.0)
+    assert invariant.choose(cands, problem, H.H100)[0] is V.SPLITK
+
+
+def test_the_mode_judges_a_splits_reduce_as_a_pass_of_its_own():
+    """``modelled_us`` adds the reduce's pass over the partials to the model's time of a split (the normal
+    model overlaps it with the product), and nothing to a config that splits nothing."""
+    cfg = V.SPLITK.invariant([dict(V.SPLITK.configs("16bit")[4])])[2]          # 128 x 128 x 64, SPLIT_K 8
+    split = H.Candidate("s", cfg, V.SPLITK.traits)
+    plain = H.Candidate("b", dict(V.BLOCKED.configs("16bit")[0]), V.BLOCKED.traits)
+    for M in (1, 8192):
+        p = H.Problem(M, 4096, 4096)
+        assert invariant.modelled_us(split, p, H.H100) == pytest.approx(
+            H.estimate_us(cfg, p, split.traits, H.H100)[0] + (4 * 8 + 2) * M * 4096 / H.H100.bandwidth)
+        assert invariant.modelled_us(plain, p, H.H100) == H.estimate_us(plain.config, p, plain.traits, H.H100)[0]
 
 
 # -- bitwise, in emulation (the GPU's kernels below) ------------------------------------------------------
@@ -214,6 +290,45 @@ def test_rows_sliced_out_of_a_batch_of_sequences_take_the_same_plan(monkeypatch)
     torch.testing.assert_close(lin, x @ w.T + bias, rtol=1e-5, atol=1e-5)
     assert len(set(keys)) == 2 and {k[1] for k in keys} == {2}     # one plan each (plain, bias), 2-D, every call
     assert sorted(k[0][14] for k in set(keys)) == [0, 1]           # the bias in the kernel's epilogue (passes 1)
+
+
+SPLIT_ROWS = (1, 2, 7, 33, 64, 100)
+
+
+@pytest.mark.parametrize("N,K", [(24, 512), (16, 384)])
+def test_rows_do_not_depend_on_m_with_a_fixed_split_of_k(N, K):
+    """Few columns and a long K: the mode's choice (on the interpreter's 4-SM stand-in) is split-K with its
+    split fixed by K, and every row is bitwise the same whatever M, with alpha and beta too (the reduce
+    kernel's epilogue). The choice is asserted: without the split this test checks nothing new."""
+    torch.manual_seed(10)
+    a = torch.randn(100, K, device=DEV)
+    b = torch.randn(K, N, device=DEV)
+    c = torch.randn(100, N, device=DEV)
+    invariant.forget()
+    with tiledmm.batch_invariant():
+        full = tiledmm.matmul(a, b)
+        (choice,) = invariant.choices().values()
+        assert _mismatches(a, b, SPLIT_ROWS) == []
+        assert torch.equal(tiledmm.matmul(a, b), full)
+        epi = tiledmm.matmul(a, b, out=c.clone(), alpha=0.5, beta=2.0)
+        for m in (1, 7, 33):
+            assert torch.equal(tiledmm.matmul(a[:m], b, out=c[:m].clone(), alpha=0.5, beta=2.0), epi[:m]), m
+    if not GPU:
+        assert choice["variant"] == "splitk" and choice["splits"] >= 2 and choice["config"]["ORDERED"], choice
+    ref = a.double() @ b.double()
+    assert float((full.double() - ref).norm() / ref.norm()) < 1e-5
+    torch.testing.assert_close(epi, 0.5 * (a @ b) + 2.0 * c, rtol=1e-5, atol=1e-4)
+
+
+def test_a_batch_is_not_offered_the_split():
+    """3-D operands: split-K is not offered (its launch puts the batch on gridDim.y, 65,535 at most, and
+    the ladder judges one product), so a batch takes what it took before."""
+    a = torch.randn(3, 8, 512, device=DEV)
+    b = torch.randn(3, 512, 16, device=DEV)
+    c = torch.empty(3, 8, 16, device=DEV)
+    assert V.SPLITK.splits_batch is False
+    assert all(v.splits_batch for v in invariant.offered(a, b, c, "ieee", 1.0, 0.0))
+    assert V.SPLITK in invariant.offered(a[0], b[0], c[0], "ieee", 1.0, 0.0)
 
 
 def test_the_check_sees_a_split_of_k():
@@ -319,8 +434,30 @@ def test_gpu_rows_bitwise_for_m_1_to_8192(dtype, precision, N, K, transposed):
     from tiledmm.harness import tolerance
     assert float((full[:256].double() - ref).norm() / ref.norm()) < tolerance(dtype, precision)
     for ch in invariant.choices().values():
-        assert V.BY_NAME[ch["variant"]].invariant is not None
-        assert ch["config"].get("SPLIT_K", 1) == 1 and not ch["config"].get("TAIL")
+        assert V.BY_NAME[ch["variant"]].invariant is not None and not ch["config"].get("TAIL")
+        assert ch["config"].get("SPLIT_K", 1) == 1 or (ch["config"].get("ORDERED") and ch["splits"] >= 2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,precision", GPU_CASES)
+@pytest.mark.parametrize("N,K", [(127, 8191), (128, 8192)])
+def test_gpu_a_fixed_split_of_k_is_bitwise_for_m_1_to_8192(dtype, precision, N, K):
+    """Few columns, long K: the mode's choice is split-K, its split fixed by K (the model on an H100 picks it
+    for each of these; tests above), and every row is bitwise the same from M = 1 to 8192."""
+    torch.manual_seed(11)
+    t = DTYPES[dtype]
+    a = torch.randn(8192, K, device="cuda").to(t)
+    b = torch.randn(K, N, device="cuda").to(t)
+    invariant.forget()
+    with tiledmm.batch_invariant():
+        full = tiledmm.matmul(a, b, precision=precision)
+        assert _mismatches(a, b, GPU_ROWS, precision=precision) == []
+        assert torch.equal(tiledmm.matmul(a[3000:3007], b, precision=precision), full[3000:3007])
+    (choice,) = invariant.choices().values()
+    assert choice["splits"] >= 2 and choice["config"]["ORDERED"], choice
+    ref = a[:256].double() @ b.double()
+    from tiledmm.harness import tolerance
+    assert float((full[:256].double() - ref).norm() / ref.norm()) < tolerance(dtype, precision)
 
 
 @pytest.mark.gpu

@@ -8,14 +8,17 @@ same logits for a sequence whether it ran alone or batched with others (the "bat
 of the defeating-nondeterminism work, vLLM's batch-invariant mode).
 
 What it takes: one reduction order per (N, K, dtype, precision, operand layout) -- one kernel and one
-config whose tile, K step and loop order do not depend on M -- and no split-K, no stream-K and no
-atomics. In this mode the Triton family's dispatcher (``kernels/block/invariant.py``) picks that
-config from the call's N, K and layout only, ignoring the tuning store, ``TILEDMM_TUNE``, the shipped
-tables and the size-dependent rules that normally choose among split-K, few-row and Gluon kernels.
-The price is speed where a product has few rows (no split of K to fill the GPU); see
-``scripts/bench_batch_invariant.py``. The SIMT ladder's kernels (float64's default) sum each output
-element over k in one order whatever their tile, so they are invariant as they are; in this mode
-their autotuned rungs take their first configuration, as with tuning off.
+config whose tile, K step and loop order do not depend on M -- no split of K that follows M, no
+stream-K and no atomics. In this mode the Triton family's dispatcher (``kernels/block/invariant.py``)
+picks that config from the call's N, K and layout only, ignoring the tuning store, ``TILEDMM_TUNE``,
+the shipped tables and the size-dependent rules that normally choose among split-K, few-row and Gluon
+kernels. Split-K stays on offer with its number of K slices fixed by the config (so by N and K), its
+partial sums added in split order by a second kernel. The price is speed where one config cannot
+serve few rows and many alike; see ``scripts/bench_batch_invariant.py`` (measured) and
+``scripts/model_batch_invariant.py`` (the model's picks and predicted cost, on the CPU). The SIMT
+ladder's kernels (float64's default) sum each output element over k in one order whatever their
+tile, so they are invariant as they are; in this mode their autotuned rungs take their first
+configuration, as with tuning off.
 
 The mode is a context variable: it nests, each thread starts with the environment's default, and
 ``with batch_invariant(False):`` turns it off inside an outer ``with batch_invariant():``. A call with

@@ -13,6 +13,21 @@ costs nothing next to the B stream.
 
 Plain pointer loads (masked, zero-filled), so any strides, 3-D batches (B may be broadcast)
 and Triton's CPU interpreter all work.
+
+Batch-invariant mode (``invariant``; kernels/block/invariant.py picks among these configs by N and
+K): a config with SPLIT_K fixes the split by K alone -- ``splits_for`` cuts K into
+cdiv(K, k_per) slices of k_per = BLOCK_K * cdiv(cdiv(K, SPLIT_K), BLOCK_K), never reading M, the
+batch or the SMs -- so every row of C is the same sum whatever M: the same K slices, each summed by
+the same BLOCK_K steps of the same tile (a row's products depend on that row of A only; rows past M
+load as zeros), stored exactly in fp32, then added in split order. The mode's configs also carry
+ORDERED: the reduce is ``splitk_ordered_reduce_kernel``, which adds the S partials of an element
+one at a time in split order, acc = ((0 + p0) + p1) + ..., elementwise -- not tl.sum over a chunk
+of them (``splitk_reduce_kernel``), whose order of adds follows the compiled layout of the chunk,
+and that follows the reduce's BLOCK (chosen from M * N) and Triton's specialisation of its integer
+arguments (M * N's divisibility by 16 among them). ORDERED launches also pass 0 for the batch
+strides of a single product (else A's and C's would be M * K and M * N) and pad the workspace's
+split stride to a multiple of 16 elements, so that the main kernel compiles alike for every M.
+Nothing is added atomically or in arrival order.
 """
 from __future__ import annotations
 
@@ -84,11 +99,33 @@ def splitk_reduce_kernel(ws_ptr, c_ptr, MN, N, S, s_ws, s_wb, s_cb, s_cm, s_cn, 
     _epilogue(c_ptr + batch * s_cb + m * s_cm + n * s_cn, acc, mask, alpha, beta, ALPHA_ONE, HAS_BETA)
 
 
+@triton.jit
+def splitk_ordered_reduce_kernel(ws_ptr, c_ptr, MN, N, S, s_ws, s_wb, s_cb, s_cm, s_cn, alpha, beta,
+                                 BLOCK: tl.constexpr, HAS_BETA: tl.constexpr, ALPHA_ONE: tl.constexpr,
+                                 CHUNK: tl.constexpr):
+    """``splitk_reduce_kernel`` with the partials added to the sum one by one, elementwise, in split order,
+    acc = ((0 + ws[0]) + ws[1]) + ... (the batch-invariant mode: an order that no layout of the block
+    changes); CHUNK of them loaded at a time (an unrolled step: the loads do not wait on the adds)."""
+    batch = tl.program_id(1).to(tl.int64)
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < MN
+    src = ws_ptr + batch * s_wb + offs
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s0 in range(0, S, CHUNK):
+        for j in tl.static_range(CHUNK):
+            # (the split's test as a vector: the interpreter takes no scalar in a mask)
+            acc += tl.load(src, mask=mask & (offs * 0 + (s0 + j) < S), other=0.0)
+            src += s_ws                    # (a pointer step: no int32 product of split and stride)
+    m = offs // N
+    n = offs % N
+    _epilogue(c_ptr + batch * s_cb + m * s_cm + n * s_cn, acc, mask, alpha, beta, ALPHA_ONE, HAS_BETA)
+
+
 def _c(bm, bn, bk, warps, stages, waves=2, group=8, **extra):
     return cfg(bm, bn, bk, warps, stages, GROUP_M=group, WAVES=waves, **extra)
 
 
-# ODD_ROWS: offered only where some operand's rows are not 16-byte aligned (matmul.model_candidates). Such
+# ODD_ROWS: offered only where some operand's rows are not 16-byte aligned (dispatch.model_candidates). Such
 # 16-bit rows load element by element, without cp.async: each program waits on its loads, so many small
 # programs beat a few large ones -- 127x8191x127 bf16 on the H100, GPU time a call: 64x64 tiles (4 tiles x 32
 # splits, 128 programs) 13.7 us, 128x128 (32 programs) 16.6, 64x128 (64 programs of 4 warps) 38.9-48.7,
@@ -165,10 +202,28 @@ def _speed(p, config: dict) -> float:
     return 0.8 * unaligned
 
 
+# The batch-invariant mode's split counts: each config of the table with each count fixed (SPLIT_K), K cut
+# alike for every M. Which one serves an (N, K) is the mode's choice (kernels/block/invariant.py: the model
+# over a ladder of M; a count that leaves one slice, or slices of few K steps, is not offered there).
+INVARIANT_SPLITS = (2, 4, 8, 16, 32, 64)
+# the interpreter's tile (the dispatcher offers this variant no configs there): what the mode's tests split
+EMULATION = _c(16, 32, 16, 4, 1)
+
+
+def invariant(configs: list[dict]) -> list[dict]:
+    """The configs the batch-invariant mode may take (``Variant.invariant``): each unswapped config of
+    ``configs`` with each split count of INVARIANT_SPLITS fixed (SPLIT_K: ``splits_for`` then reads K and
+    BLOCK_K only) and ORDERED (the reduce in split order, elementwise: the module's docstring). In the
+    interpreter, where ``configs`` is empty, EMULATION's."""
+    base = [c for c in configs if not c.get("SWAP")] or ([dict(EMULATION)] if V.emulating() else [])
+    return [dict(c, SPLIT_K=s, ORDERED=1) for c in base for s in INVARIANT_SPLITS]
+
+
 TRAITS = Traits(split=splits_for, speed=_speed)
 _last: dict = {}   # the last CompiledKernel of the main kernel, for reports
 _main = V.Launcher(splitk_kernel)
 _reduce = V.Launcher(splitk_reduce_kernel)
+_ordered_reduce = V.Launcher(splitk_ordered_reduce_kernel)
 
 
 def _rest(flags: dict) -> dict:
@@ -202,23 +257,33 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
     N = b3.shape[-1]
     kind = kind_of(precision)
     meta, warps, stages = V.split_meta(config or heuristic(M, N, K, kind))
+    ordered = bool(meta.get("ORDERED"))
     sms = num_sms(index_of(c))
     S, k_per = splits_for(M, N, K, B, meta, sms)
     kmeta = {k: meta[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
     kmeta["SWAP"] = meta.get("SWAP", 0)
     s_bb = b3.stride(0) if b3.shape[0] > 1 else 0
+    single = ordered and B == 1          # (the module's docstring: batch strides 0, the kernels alike for every M)
+    s_ab = 0 if single else a3.stride(0)
+    s_cb = 0 if single else c3.stride(0)
     flags = dict(PRECISION=tl_precision(precision), HAS_BETA=beta != 0.0, ALPHA_ONE=alpha == 1.0,
                  UPCAST=V.emulating() and a.dtype == torch.bfloat16)
     grid = (cdiv(M, kmeta["BLOCK_M"]) * cdiv(N, kmeta["BLOCK_N"]), B, S)
     if S == 1:
-        _last["kernel"] = _main(grid, (a3, b3, c3, M, N, K, k_per, a3.stride(0), a3.stride(1), a3.stride(2),
-                                       s_bb, b3.stride(1), b3.stride(2), 0, c3.stride(0), c3.stride(1), c3.stride(2),
+        _last["kernel"] = _main(grid, (a3, b3, c3, M, N, K, k_per, s_ab, a3.stride(1), a3.stride(2),
+                                       s_bb, b3.stride(1), b3.stride(2), 0, s_cb, c3.stride(1), c3.stride(2),
                                        float(alpha), float(beta)), {**kmeta, "PRECISION": flags["PRECISION"],
                                        "PARTIAL": False, **_rest(flags)}, warps, stages)
     else:
-        ws = torch.empty((S, B, M, N), device=c.device, dtype=torch.float32)
-        _last["kernel"] = _main(grid, (a3, b3, ws, M, N, K, k_per, a3.stride(0), a3.stride(1), a3.stride(2),
-                                       s_bb, b3.stride(1), b3.stride(2), ws.stride(0), ws.stride(1), ws.stride(2),
+        if ordered:      # the split stride a multiple of 16 elements, whatever M
+            span = cdiv(B * M * N, 16) * 16
+            ws = torch.empty(S * span, device=c.device, dtype=torch.float32).as_strided(
+                (S, B, M, N), (span, M * N, N, 1))
+        else:
+            ws = torch.empty((S, B, M, N), device=c.device, dtype=torch.float32)
+        s_wb = 0 if single else ws.stride(1)
+        _last["kernel"] = _main(grid, (a3, b3, ws, M, N, K, k_per, s_ab, a3.stride(1), a3.stride(2),
+                                       s_bb, b3.stride(1), b3.stride(2), ws.stride(0), s_wb, ws.stride(2),
                                        ws.stride(3), 1.0, 0.0), {**kmeta, "PRECISION": flags["PRECISION"],
                                        "PARTIAL": True, **_rest(dict(flags, HAS_BETA=False, ALPHA_ONE=True))},
                                 warps, stages)
@@ -226,7 +291,8 @@ def launch(a, b, c, *, precision, alpha=1.0, beta=0.0, config=None) -> None:
         # each waiting on its S loads: 7.3 us of a 33 us call on the H100), 128 to 1024
         block = 64 if V.emulating() else min(1024, max(128, triton.next_power_of_2(cdiv(M * N * B, sms))))
         rgrid = (cdiv(M * N, block), B)
-        _reduce(rgrid, (ws, c3, M * N, N, S, ws.stride(0), ws.stride(1), c3.stride(0), c3.stride(1), c3.stride(2),
-                        float(alpha), float(beta)), {"BLOCK": block, "HAS_BETA": beta != 0.0, "ALPHA_ONE": alpha == 1.0, "CHUNK": 4},
-                4, 1)
+        (_ordered_reduce if ordered else _reduce)(
+            rgrid, (ws, c3, M * N, N, S, ws.stride(0), s_wb, s_cb, c3.stride(1), c3.stride(2), float(alpha),
+                    float(beta)), {"BLOCK": block, "HAS_BETA": beta != 0.0, "ALPHA_ONE": alpha == 1.0, "CHUNK": 4},
+            4, 1)
     V.mark_written(c)

@@ -98,8 +98,8 @@ class Variant:
     # variant whose launches are not FastKernel's (the Gluon kernel binds its own)
     class_launch: Callable[..., object] | None = None
     # invariant(configs) -> those of its configs whose launches compute each row of C from that row of A,
-    # B and the config alone: no split of K, no atomics, nothing inside the launch chosen by M (a TAIL
-    # config's split of the last wave: its plain twin). None: the batch-invariant mode never takes it
+    # B and the config alone: no split of K that follows M, no atomics, nothing inside the launch chosen by M
+    # (a TAIL config's split of the last wave: its plain twin). None: the batch-invariant mode never takes it
     # (tiledmm.invariance; kernels/block/invariant.py)
     invariant: Callable[[list], list] | None = None
     # on_disk(config, a, b, c) -> whether a variant whose traits say ``compiles_per_process`` has this call's
@@ -323,7 +323,7 @@ GLUON = replace(from_module(gluon_gemm), prune=_gluon_prune, epilogue=True, inva
                 traits=Traits(persistent=True, tma_store=True, split=_gluon_split, speed=H.gluon_speed,
                               capability=(9, 0), host_us=22.0, own_config_by_shape=True))
 
-SPLITK = from_module(splitk)
+SPLITK = replace(from_module(splitk), invariant=splitk.invariant)
 
 
 # -- the registry: every variant, in the order the dispatcher offers them (the model's ties go to the
