@@ -176,7 +176,7 @@ def test_new_M_compiles_no_new_kernel():
     """On the GPU: the blocked kernel with one config, M = 97 .. 127 (odd, even, divisible by
     16 and not): Triton's cache of compiled matmul_kernel specialisations does not grow."""
     import torch
-    from tiledmm.kernels.block import kernels as KS, matmul as bm
+    from tiledmm.kernels.block import kernels as KS, dispatch as bm
 
     def compiled() -> int:
         return sum(len(entry[0]) for entry in KS.matmul_kernel.device_caches.values())

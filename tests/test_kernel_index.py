@@ -240,14 +240,16 @@ print(json.dumps(dict(ok=ok, jit_runs=runs[0], triton_key=triton_key.cache_info(
 
 
 def _twice(tmp_path, child: str) -> list:
-    """``child`` run in two fresh processes sharing one empty Triton cache: their last JSON lines."""
+    """``child`` run in two fresh processes sharing one empty Triton cache: their last JSON lines. The package's
+    store of compiled kernels is off (``TILEDMM_PREBUILT``): the first process compiles, the second finds its
+    kernels through the index the first wrote (tests/test_prebuilt_kernels.py tests the store)."""
     import os
     import subprocess
     import sys
     import tiledmm
     src = str(__import__("pathlib").Path(tiledmm.__file__).parents[1])
     env = dict(os.environ, TILEDMM_CACHE_DIR=str(tmp_path / "tiledmm"), TILEDMM_QUIET="1",
-               TRITON_CACHE_DIR=str(tmp_path / "triton"),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"), TILEDMM_PREBUILT="off",
                PYTHONPATH=os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p))
     env.pop("TILEDMM_KERNEL_INDEX", None)
     rows = []
