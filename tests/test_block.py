@@ -171,15 +171,27 @@ def test_one_compiled_kernel_serves_every_M(kernel):
         assert len(set(ns)) == 3, ns
 
 
+def _fast_kernels() -> list:
+    """Every FastKernel made so far (``_vcommon.fast``'s memo)."""
+    import gc
+
+    from tiledmm.kernels.block.fastlaunch import FastKernel
+    return [o for o in gc.get_objects() if isinstance(o, FastKernel)]
+
+
 @pytest.mark.gpu
 def test_new_M_compiles_no_new_kernel():
     """On the GPU: the blocked kernel with one config, M = 97 .. 127 (odd, even, divisible by
-    16 and not): Triton's cache of compiled matmul_kernel specialisations does not grow."""
+    16 and not): the compiled matmul_kernel specialisations -- Triton's JIT cache and those loaded from
+    tiledmm's index or the package's store into its FastKernels -- do not grow."""
     import torch
-    from tiledmm.kernels.block import kernels as KS, dispatch as bm
+    from tiledmm.kernels.block import dispatch as bm
+    from tiledmm.kernels.block import kernels as KS
 
     def compiled() -> int:
-        return sum(len(entry[0]) for entry in KS.matmul_kernel.device_caches.values())
+        jit = sum(len(entry[0]) for entry in KS.matmul_kernel.device_caches.values())
+        loaded = sum(len(fk.cache) for fk in _fast_kernels() if fk.fn is KS.matmul_kernel)
+        return jit + loaded
     b = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
     cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
     counts = []
