@@ -188,10 +188,9 @@ def test_new_M_compiles_no_new_kernel():
     from tiledmm.kernels.block import dispatch as bm
     from tiledmm.kernels.block import kernels as KS
 
-    def compiled() -> int:
-        jit = sum(len(entry[0]) for entry in KS.matmul_kernel.device_caches.values())
-        loaded = sum(len(fk.cache) for fk in _fast_kernels() if fk.fn is KS.matmul_kernel)
-        return jit + loaded
+    def compiled() -> int:        # distinct binaries (a FastKernel keys one binary under each M it saw)
+        jit = {ck.hash for entry in KS.matmul_kernel.device_caches.values() for ck in entry[0].values()}
+        return len(jit | {ck.hash for fk in _fast_kernels() if fk.fn is KS.matmul_kernel for ck in fk.cache.values()})
     b = torch.randn(512, 384, device="cuda", dtype=torch.bfloat16)
     cfg = {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 3}
     counts = []

@@ -368,7 +368,11 @@ class _Sources:
         self._sets: list = []
 
     def store(self) -> str | None:
-        """The tuning store's choice for the key (``tiledmm tune``, an earlier TILEDMM_TUNE=on run)."""
+        """The tuning store's choice for the key (``tiledmm tune``, an earlier TILEDMM_TUNE=on run). With timing
+        on, the timed source answers it instead (``tuning.choose`` looks the store up first: the same choice,
+        and ``tiledmm tune`` sees it and reports it remembered)."""
+        if tuning.mode() == "on":
+            return None
         name = tuning.lookup(self.tkey)
         return name if name in self.options else None
 
