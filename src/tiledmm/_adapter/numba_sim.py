@@ -38,10 +38,10 @@ def numba_sim_hooks(on_barrier: Callable[[], object] | None = None,
     """While in the block, numba-cuda 0.30.4's simulator calls ``on_barrier()`` in a simulated thread after
     each ``syncthreads()`` it passes (``kernel.BlockThread.syncthreads``); ``on_block()`` after each block
     it ran (``kernel.BlockManager.run``); and ``cuda.shared.array(shape, dtype)`` returns
-    ``shared_array(shape, numpy dtype, source line of the call)``, made once per block and call site for all
-    the block's threads, as the simulator's own (``kernelapi.FakeCUDAShared.array`` and its per-block
-    ``_allocations``, keyed by the caller's file and line). The simulator's classes are patched for the
-    process and restored on leaving."""
+    ``shared_array(shape, numpy dtype, source line of the call)``, made once per launch and call site for all
+    its threads, as the simulator's own (``kernelapi.FakeCUDAShared.array`` and its per-launch
+    ``_allocations``, keyed by the caller's file and line; the simulator runs the blocks one after another).
+    The simulator's classes are patched for the process and restored on leaving."""
     from numba.cuda.simulator import kernel as simkernel
     from numba.cuda.simulator import kernelapi
     patched = []
@@ -67,7 +67,7 @@ def numba_sim_hooks(on_barrier: Callable[[], object] | None = None,
                 dtype = numpy_support.as_dtype(dtype)
             frame = traceback.extract_stack(sys._getframe())[-2]      # the kernel's line
             key = (frame.filename, frame.lineno)
-            with lock:   # the block's threads race here: all must get the one array of this line
+            with lock:   # the threads race here: all must get the one array of this line
                 res = self._allocations.get(key)
                 if res is None:
                     res = self._allocations[key] = shared_array(shape, dtype, frame.line)
