@@ -200,13 +200,21 @@ def test_vmap_goes_through_the_operators():
         torch.testing.assert_close(torch.vmap(f)(a), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
+def test_double_backward_through_the_eager_matmul():
+    """create_graph: the backward's products are recorded (the Function again): gradgradcheck
+    (float64 on the SIMT "naive" kernel: the simulator's quickest)."""
+    a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
+    assert torch.autograd.gradgradcheck(lambda x, y: _library.matmul(x, y, "naive"), (a, b), fast_mode=True)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("act,keep", [("none", False), ("gelu", True), ("silu", False), ("relu", False)])
 def test_double_backward_through_the_eager_functions(act, keep):
     """create_graph: the backward's products are recorded (the Functions again): gradgradcheck
     (float64 on the SIMT "naive" kernel: the simulator's quickest; its epilogue is torch's)."""
     a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
     c, bias = _t(1, 2, dtype=torch.float64, grad=True, seed=2), _t(2, dtype=torch.float64, grad=True, seed=3)
-    assert torch.autograd.gradgradcheck(lambda x, y: _library.matmul(x, y, "naive"), (a, b), fast_mode=True)
 
     def f(x, y, z, w):
         return _library.gemm(x, y, z, w, 0.5, 2.0, -1, act, keep, "naive", None)
