@@ -33,11 +33,14 @@ def cli(*args):
     return r.exit_code, r.stdout, r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GPU, reason="the emulation default of `tiledmm run`")
 def test_run_defaults_in_emulation_and_one_banner():
+    """Four products, one banner, and it says why truly (no GPU here: nothing asked for emulation)."""
     p = tiledmm("run", "--json")
     assert p.returncode == 0, p.stderr
     assert p.stderr.count("kernels run in emulation") == 1
+    assert p.stderr.count("no CUDA GPU found") == 1 and "asked for" not in p.stderr
     doc = json.loads(p.stdout)
     rows = doc["results"]
     assert {(r["shape"], r["kernel"], r["tile"]) for r in rows} == {
@@ -564,10 +567,11 @@ def test_nan_inputs_leak_no_runtime_warnings(kernel):
     assert not [w for w in seen if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in seen]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GPU, reason="the emulation banner")
 def test_banner_says_why_truly_and_dist_prints_it_once():
-    p = tiledmm("run", "-s", "3x3x3", "-k", "naive")
-    assert p.returncode == 0 and p.stderr.count("no CUDA GPU found") == 1 and "asked for" not in p.stderr
+    """The banner's reason where NUMBA_ENABLE_CUDASIM chose the simulator, and one banner for `dist` and its
+    ranks (the reason where nothing chose it: test_run_defaults_in_emulation_and_one_banner)."""
     env = dict(os.environ, TILEDMM_QUIET="0", NUMBA_ENABLE_CUDASIM="1")
     env.pop("TILEDMM_EMULATE", None)
     q = subprocess.run([sys.executable, "-m", "tiledmm", "run", "-s", "3x3x3", "-k", "naive"], env=env,
