@@ -234,6 +234,7 @@ def test_roofline_places_measured_points(tmp_path):
     assert out.stat().st_size > 10000
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GPU, reason="the emulated bench; the GPU bench is benchmarks/gpu.sh suites")
 def test_bench_in_emulation_writes_table_csv_json_png(tmp_path):
     code, out, err = cli("bench", "-k", "triton", "-k", "tiled", "-p", "fp32", "-p", "bf16", "--out", str(tmp_path))

@@ -124,6 +124,7 @@ def test_readme_python_example_runs(code, gpu, workdir):
         assert "assert " in code, "a README example that computes a product checks it"
 
 
+@pytest.mark.slow
 def test_readme_commands_run_in_order(workdir):
     """Every `tiledmm ...` command of the README, in the README's order, in one folder: one test,
     because a later command reads what an earlier one wrote (roofline reads bench-out/bench.json),

@@ -59,6 +59,7 @@ def test_matmul_op_matches_torch_and_keeps_inputs():
 
 # -- autograd --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sa,sb", [((4,), (4, 3)), ((3, 4), (4,)), ((2, 1, 2, 2), (2, 2, 1)), ((3, 2), (2, 2, 3))])
 def test_gradcheck_matmul_float64(sa, sb):
     a, b = _t(*sa, dtype=torch.float64, grad=True), _t(*sb, dtype=torch.float64, grad=True, seed=1)
@@ -140,6 +141,7 @@ def test_api_matmul_records_the_graph():
     torch.testing.assert_close(a.grad, torch.ones(3, 2, device=DEV) @ b.T)
 
 
+@pytest.mark.slow
 def test_gradcheck_gemm_both_outputs():
     """keep_pre: the loss reads y and the pre-activation z (gz reaches the backward); z alone too."""
     a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
