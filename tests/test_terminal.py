@@ -126,9 +126,18 @@ def test_tables_fit_the_terminal_with_numbers_whole(width, args, whole, monkeypa
         assert w in out, (w, out)
 
 
+@pytest.fixture(scope="module")
+def claims_rows():
+    """The claims recomputed once for the widths (each takes seconds: seven traces)."""
+    from tiledmm.analysis.claims import table
+    return table(True)
+
+
 @pytest.mark.skipif(GPU, reason="traces are recorded in emulation")
 @pytest.mark.parametrize("width", WIDTHS)
-def test_claims_fit_with_lectures_named(width, monkeypatch):
+def test_claims_fit_with_lectures_named(width, monkeypatch, claims_rows):
+    from tiledmm.analysis import claims
+    monkeypatch.setattr(claims, "table", lambda emulating: claims_rows if emulating else pytest.fail("not emulating"))
     code, out, err = at_width(width, monkeypatch, "claims")
     assert code == 0, err
     fits(out, width)
