@@ -33,15 +33,13 @@ def cli(*args):
     return r.exit_code, r.stdout, r.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(GPU, reason="the emulation default of `tiledmm run`")
-def test_run_defaults_in_emulation_and_one_banner():
-    """Four products, one banner, and it says why truly (no GPU here: nothing asked for emulation)."""
-    p = tiledmm("run", "--json")
-    assert p.returncode == 0, p.stderr
-    assert p.stderr.count("kernels run in emulation") == 1
-    assert p.stderr.count("no CUDA GPU found") == 1 and "asked for" not in p.stderr
-    doc = json.loads(p.stdout)
+def test_run_defaults_in_emulation():
+    """Four products, in this process (the banner of `tiledmm run` in a fresh one, once and saying why:
+    the README's test, which runs it as a new user does)."""
+    code, out, err = cli("run", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
     rows = doc["results"]
     assert {(r["shape"], r["kernel"], r["tile"]) for r in rows} == {
         ("3x3x3", "naive", 2), ("3x3x3", "tiled", 2), ("19x7x21", "naive", 8), ("19x7x21", "tiled", 8)}
@@ -571,16 +569,16 @@ def test_nan_inputs_leak_no_runtime_warnings(kernel):
 @pytest.mark.slow
 @pytest.mark.skipif(GPU, reason="the emulation banner")
 def test_banner_says_why_truly_and_dist_prints_it_once():
-    """The banner's reason where NUMBA_ENABLE_CUDASIM chose the simulator, and one banner for `dist` and its
-    ranks (the reason where nothing chose it: test_run_defaults_in_emulation_and_one_banner)."""
-    env = dict(os.environ, TILEDMM_QUIET="0", NUMBA_ENABLE_CUDASIM="1")
-    env.pop("TILEDMM_EMULATE", None)
-    q = subprocess.run([sys.executable, "-m", "tiledmm", "run", "-s", "3x3x3", "-k", "naive"], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert q.returncode == 0 and "NUMBA_ENABLE_CUDASIM=1 is set" in q.stderr and "asked for" not in q.stderr
-    d = tiledmm("dist", "--nproc", "2", "-s", "8x6x4", "--no-time")
+    """One banner for `dist` and its ranks, giving the reason where NUMBA_ENABLE_CUDASIM chose the simulator
+    (where nothing chose it, `tiledmm run` in the README's test)."""
+    env = dict(os.environ, TILEDMM_QUIET="0", NUMBA_ENABLE_CUDASIM="1", COLUMNS="200")
+    for var in ("TILEDMM_EMULATE", "TRITON_INTERPRET"):
+        env.pop(var, None)
+    d = subprocess.run([sys.executable, "-m", "tiledmm", "dist", "--nproc", "2", "-s", "8x6x4", "--no-time"],
+                       env=env, capture_output=True, text=True, timeout=300)
     assert d.returncode == 0, d.stdout + d.stderr
     assert d.stderr.count("kernels run in emulation") == 1 and "asked for" not in d.stderr, d.stderr
+    assert "NUMBA_ENABLE_CUDASIM=1 is set" in d.stderr, d.stderr
     assert "summa" in d.stdout and "ok" in d.stdout
 
 
