@@ -24,7 +24,9 @@ def pytest_collection_modifyitems(config, items):
     # of its standard library called from a kernel patches triton.language.core for good, Triton 3.9), and a
     # Gluon compile in that process then fails (CI flakes in sessions 16 and 22, the second from compile tests
     # this sort did not yet name)
-    items.sort(key=lambda item: item.get_closest_marker("compiles") is None)
+    # then the tests marked "slow" (seconds to minutes in emulation): started late, one of them keeps a worker
+    # busy after the other has run out of tests; started first, the short ones fill in around them
+    items.sort(key=lambda item: (item.get_closest_marker("compiles") is None, item.get_closest_marker("slow") is None))
     skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the device)")
     for item in items:
         if "gpu" in item.keywords:

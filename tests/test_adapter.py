@@ -303,6 +303,70 @@ def test_numba_maker_is_there_or_cleanly_absent():
     assert make is None or callable(make)
 
 
+def test_numba_device_arrays_through_the_adapter():
+    """The pointer of a numba device array (0 where numba has none: an empty array); the simulator's arrays
+    are views of the numpy arrays they wrap and are told from numpy's and torch's."""
+    import numpy as np
+    from types import SimpleNamespace
+    assert _adapter.numba_pointer(SimpleNamespace(gpu_data=SimpleNamespace(device_pointer_value=4096))) == 4096
+    assert _adapter.numba_pointer(SimpleNamespace(gpu_data=SimpleNamespace(device_pointer_value=None))) == 0
+    if GPU:
+        x = tiledmm._backend.numba_cuda().to_device(np.ones(3, np.float32))
+        assert _adapter.numba_pointer(x) == x.__cuda_array_interface__["data"][0] != 0
+        assert not _adapter.numba_is_sim_array(x)
+        return
+    tiledmm._backend.numba_cuda()
+    a = np.zeros((2, 3), np.float32)
+    x = _adapter.numba_sim_array(a)
+    assert _adapter.numba_is_sim_array(x) and tuple(x.shape) == (2, 3)
+    x[1, 2] = 5.0
+    assert a[1, 2] == 5.0                                   # no copy: tiledmm's checker aliases through it
+    assert not any(_adapter.numba_is_sim_array(y) for y in (a, torch.zeros(2)))
+
+
+def test_the_simulator_hooks_see_barriers_blocks_and_shared_arrays_and_are_undone():
+    """numba_sim_hooks on the lectures' tiled kernel (4x4x4, TILE_WIDTH 2: 2 x 2 blocks of 2 x 2 threads, two
+    phases): every thread's barriers, every block, one shared array per launch and call site (its source line
+    given; the simulator runs the blocks one after another), a correct product, and the simulator as it was
+    afterwards."""
+    if GPU:
+        pytest.skip("numba's simulator runs in emulation")
+    import threading
+
+    import numpy as np
+    from numba.cuda.simulator import kernel as simkernel, kernelapi
+    from tiledmm import registry
+    spec = registry.get("tiled")
+    before = (simkernel.BlockThread.syncthreads, simkernel.BlockManager.run, kernelapi.FakeCUDAShared.array)
+    lock, barriers, blocks, made = threading.Lock(), [], [], []
+
+    def on_barrier():
+        with lock:
+            barriers.append(_adapter.numba_sim_thread())
+
+    def shared_array(shape, dtype, line):
+        made.append((tuple(int(n) for n in np.atleast_1d(shape)), np.dtype(dtype), line))
+        return np.zeros(shape, dtype)
+
+    rng = np.random.default_rng(0)
+    M, N = rng.standard_normal((4, 4)).astype(np.float32), rng.standard_normal((4, 4)).astype(np.float32)
+    P = np.zeros((4, 4), np.float32)
+    grid, block = spec.launch_config(2, 4, 4, 4)
+    kernel = spec.make(2, "float32")
+    with _adapter.numba_sim_hooks(on_barrier=on_barrier, shared_array=shared_array,
+                                  on_block=lambda: blocks.append(1)):
+        kernel[grid, block](M, N, P)
+    assert np.allclose(P, M @ N, rtol=1e-5, atol=1e-5)
+    threads = {(b, t, tid) for b, t, tid in barriers}
+    assert threads == {((bx, by, 0), (tx, ty, 0), tx + 2 * ty) for bx in (0, 1) for by in (0, 1)
+                       for tx in (0, 1) for ty in (0, 1)}
+    assert len(barriers) == 16 * 2 * spec.barriers_per_phase          # 16 threads, two phases
+    assert len(blocks) == 4
+    assert len(made) == 2 and {(shape, dtype) for shape, dtype, _ in made} == {((2, 2), np.dtype(np.float32))}
+    assert all("cuda.shared.array" in line for _, _, line in made) and len({line for *_, line in made}) == 2
+    assert (simkernel.BlockThread.syncthreads, simkernel.BlockManager.run, kernelapi.FakeCUDAShared.array) == before
+
+
 @pytest.mark.gpu
 def test_gpu_self_test_passes_on_the_checked_triton(monkeypatch):
     """On the GPU image (Triton 3.6): the probe kernel's three launches agree and direct launches are on."""

@@ -11,7 +11,7 @@ from tiledmm.analysis.occupancy import occupancy, tiled_shared_bytes
 from tiledmm import TiledmmError
 
 from .conftest import GPU
-from .test_cli import tiledmm
+from .test_cli import cli
 
 
 def test_occupancy_rules_h100():
@@ -153,16 +153,16 @@ def test_explain_detail_and_summary_views(tmp_path):
     assert check_explain((3, 3, 3), 2) == "detail" and check_explain((19, 7, 21), 4) == "summary"
     with pytest.raises(TiledmmError, match="at most 36 blocks"):
         check_explain((64, 64, 64), 8)
-    p = tiledmm("explain", "--shape", "10x5x7", "--tile", "4", "--out", str(tmp_path / "s.svg"))
-    assert p.returncode == 0 and "summary view" in p.stdout, p.stdout + p.stderr
+    code, out, err = cli("explain", "--shape", "10x5x7", "--tile", "4", "--out", str(tmp_path / "s.svg"))
+    assert code == 0 and "summary view" in out, out + err
     text = (tmp_path / "s.svg").read_text()
     assert "Phase 1: M rows 0–3 × col 4 (4)" in text and "zero-filled: subTileM 12" in text
 
 
 @pytest.mark.skipif(GPU, reason="runs in emulation")
 def test_explain_draws_svg(tmp_path):
-    p = tiledmm("explain", "--out", str(tmp_path / "e.svg"))
-    assert p.returncode == 0, p.stdout + p.stderr
+    code, out, err = cli("explain", "--out", str(tmp_path / "e.svg"))
+    assert code == 0, out + err
     root = ET.parse(tmp_path / "e.svg").getroot()
     assert root.tag.endswith("svg")
     text = (tmp_path / "e.svg").read_text()
@@ -171,24 +171,25 @@ def test_explain_draws_svg(tmp_path):
 
 
 def test_cli_analysis_commands(tmp_path):
-    p = tiledmm("occupancy", "--tile", "16", "--profile", "g80", "--json")
-    assert p.returncode == 0 and json.loads(p.stdout)["blocks_per_sm"] == 3
-    p = tiledmm("model", "--profile", "example150", "--json")
-    rows = json.loads(p.stdout)
+    """In this process (the README's test runs each of these commands in a fresh one)."""
+    code, out, _ = cli("occupancy", "--tile", "16", "--profile", "g80", "--json")
+    assert code == 0 and json.loads(out)["blocks_per_sm"] == 3
+    code, out, _ = cli("model", "--profile", "example150", "--json")
+    rows = json.loads(out)
     assert [r["memory_bound_gflops"] for r in rows] == [37.5, 600.0, 1200.0]
-    p = tiledmm("burst", "--json")
-    assert json.loads(p.stdout)["effective_gbs"] == 120.0
-    p = tiledmm("device", "--profile", "ampere", "--json")
-    assert json.loads(p.stdout)["shared_per_sm"] == 164 * 1024
-    p = tiledmm("roofline", "--profile", "h100", "--out", str(tmp_path / "r.png"))
-    assert p.returncode == 0 and (tmp_path / "r.png").stat().st_size > 10000
-    p = tiledmm("occupancy", "--tile", "16", "--profile", "nope")
-    assert p.returncode == 2 and "unknown device profile" in p.stderr
+    code, out, _ = cli("burst", "--json")
+    assert json.loads(out)["effective_gbs"] == 120.0
+    code, out, _ = cli("device", "--profile", "ampere", "--json")
+    assert json.loads(out)["shared_per_sm"] == 164 * 1024
+    code, out, _ = cli("roofline", "--profile", "h100", "--out", str(tmp_path / "r.png"))
+    assert code == 0 and (tmp_path / "r.png").stat().st_size > 10000
+    code, out, err = cli("occupancy", "--tile", "16", "--profile", "nope")
+    assert code == 2 and "unknown device profile" in err
 
 
 @pytest.mark.skipif(GPU, reason="runs in emulation")
 def test_cli_trace_json():
-    p = tiledmm("trace", "--shape", "3x3x3", "--tile", "2", "--json")
-    assert p.returncode == 0, p.stderr
-    s = json.loads(p.stdout)
+    code, out, err = cli("trace", "--shape", "3x3x3", "--tile", "2", "--json")
+    assert code == 0, err
+    s = json.loads(out)
     assert s["stores_by_block"]["(1, 1, 0)"] == [[2, 2]] and s["correct"]

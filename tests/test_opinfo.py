@@ -53,14 +53,33 @@ def samples(name, device, dtype):
         yield s.transform(noncontiguous_like)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def path(sample) -> tuple:
+    """What tiledmm's route through a product depends on besides sizes: per operand its rank (more than one
+    batch dimension counted as one: tiledmm merges the batch dimensions before a kernel sees them), whether it
+    is contiguous, empty or broadcasts a batch dimension of 1; the scalars."""
+    def one(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        return (min(t.dim(), 3), t.is_contiguous(), t.numel() == 0, 1 in t.shape[:-2])
+    return tuple(one(t) for t in (sample.input, *sample.args)) + tuple(sorted(sample.kwargs.items()))
+
+
+@pytest.mark.parametrize("dtype", [pytest.param(d, marks=pytest.mark.slow) if d == torch.float64 else d
+                                   for d in DTYPES], ids=str)
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_opinfo_samples(name, dtype):
     device = "cuda" if GPU else "cpu"
-    n = 0
+    n, seen = 0, set()
     for s in samples(name, device, dtype):
         if not GPU and sum(t.numel() for t in (s.input, *s.args) if isinstance(t, torch.Tensor)) > 4000:
             continue   # emulation: the simulator takes toy sizes only
+        if not GPU and dtype == torch.float64:
+            # emulation's float64 kernel is SIMT, one simulator launch per 2-D product: a sample with two batch
+            # dimensions (25 launches) runs only where no earlier sample took its route (with one batch
+            # dimension, 5 launches); the other dtypes run every sample
+            if path(s) in seen and any(isinstance(t, torch.Tensor) and t.dim() > 3 for t in (s.input, *s.args)):
+                continue
+            seen.add(path(s))
         check(name, s, dtype)
         n += 1
     assert n > 0

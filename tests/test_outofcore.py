@@ -154,6 +154,7 @@ def test_tiledmm_gemm_refuses_what_its_kernel_cannot_run():
             tiledmm_gemm()(big, big, torch.empty(512, 512), 1.0, 0.0)
 
 
+@pytest.mark.slow
 def test_tiledmm_gemm_with_a_kernel_without_epilogue():
     # the SIMT "tiled" kernel has no alpha/beta of its own: the product goes through a temporary
     a, b, c0 = _case(12, 16, 8, torch.float64, seed=7)

@@ -217,6 +217,7 @@ def summary_40(tmp_path_factory):
     return explain_figures(trace("tiled", (40, 40, 40), 8), path=tmp_path_factory.mktemp("explain") / "x.png")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GPU, reason="traces run in emulation")
 def test_explain_summary_pages_fit_a_screen(summary_40, tmp_path):
     """An index, then pages of at most 1,600 px that draw every block once, as the index says."""

@@ -124,11 +124,13 @@ def test_readme_python_example_runs(code, gpu, workdir):
         assert "assert " in code, "a README example that computes a product checks it"
 
 
+@pytest.mark.slow
 def test_readme_commands_run_in_order(workdir):
     """Every `tiledmm ...` command of the README, in the README's order, in one folder: one test,
     because a later command reads what an earlier one wrote (roofline reads bench-out/bench.json),
-    and pytest-xdist spreads a parametrised test's cases over its workers."""
-    ran = 0
+    and pytest-xdist spreads a parametrised test's cases over its workers. `tiledmm run`'s banner is
+    checked here (a fresh process, nothing set: as a new user runs it)."""
+    ran, banner = 0, False
     for command, gpu in commands():
         if gpu and not GPU:
             continue                      # marked '# GPU' in the README
@@ -136,8 +138,13 @@ def test_readme_commands_run_in_order(workdir):
         assert p.returncode == 0, f"{command}:\n{p.stdout}{p.stderr}"
         assert "Traceback" not in p.stdout + p.stderr, command
         assert p.stderr.count("kernels run in emulation") <= 1, f"{command}: {p.stderr}"
+        if command == "tiledmm run" and not GPU:      # what a new user sees first: one banner, saying why
+            assert p.stderr.count("kernels run in emulation") == 1, p.stderr
+            assert p.stderr.count("no CUDA GPU found") == 1 and "asked for" not in p.stderr, p.stderr
+            banner = True
         ran += 1
     assert ran >= 3, f"only {ran} README commands ran"
+    assert banner or GPU, "the README runs no plain `tiledmm run`"
 
 
 def test_default_matmul_in_a_fresh_process(tmp_path):

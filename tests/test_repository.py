@@ -126,7 +126,7 @@ def test_private_triton_torch_numba_imports_live_in_the_adapter():
     import re
     src = Path(__file__).resolve().parent.parent / "src" / "tiledmm"
     private = re.compile(r"^\s*(from|import)\s+(torch\.distributed\._symmetric_memory|numba\.cuda\.cudadrv|"
-                         r"numba\.core\.caching|numba\.cuda\.core\.caching|numba\.cuda\.dispatcher|"
+                         r"numba\.core|numba\.cuda\.core\.caching|numba\.cuda\.dispatcher|numba\.cuda\.simulator|"
                          r"triton\.compiler\.compiler|triton\._C)\b", re.M)
     found = [str(p.relative_to(src)) for p in src.rglob("*.py")
              if "_adapter" not in p.parts and private.search(p.read_text())]
@@ -151,3 +151,63 @@ def test_tritons_launch_convention_lives_in_the_adapter():
     other module launches a compiled kernel through that."""
     found = _private_launch_mentions(ROOT / "src" / "tiledmm")
     assert not found, "launch through _adapter.bind_compiled / BoundLaunch:\n" + "\n".join(found)
+
+
+# numba-cuda's private attributes and modules: a device array's raw pointer, a compiled kernel's handle, the
+# simulator's classes (its device array's class name included) and its modules, numba's driver and core
+NUMBA_PRIVATE_ATTRS = {"gpu_data", "device_pointer_value", "_codelibrary", "get_cufunc", "FakeCUDAArray",
+                       "FakeCUDAShared", "BlockThread", "BlockManager"}
+NUMBA_PRIVATE_MODULES = re.compile(r"numba\.(?:cuda\.)?(?:simulator|cudadrv|core)(?:\.|$)")
+
+
+def _numba_private_uses(source: str) -> list[str]:
+    """Where ``source`` imports a private numba module or reads a private numba attribute: by its syntax tree
+    (comments and prose in docstrings do not count; ``getattr(x, "gpu_data")`` and a class-name test do)."""
+    import ast
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Attribute) and node.attr in NUMBA_PRIVATE_ATTRS:
+            found.append(f"{node.lineno}: .{node.attr}")
+            continue
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                node.value in NUMBA_PRIVATE_ATTRS
+                or re.fullmatch(r"[\w.]+", node.value) and NUMBA_PRIVATE_MODULES.match(node.value + ".")):
+            found.append(f"{node.lineno}: {node.value!r}")
+            continue
+        else:
+            continue
+        hit = next((n for n in names if NUMBA_PRIVATE_MODULES.match(n + ".")), None)
+        if hit is not None:
+            found.append(f"{node.lineno}: import {hit}")
+    return sorted(set(found), key=lambda f: int(f.split(":")[0]))
+
+
+def test_the_numba_private_check_finds_what_it_should():
+    """The forms tiledmm used before the adapter took them over, and look-alikes that are public or prose."""
+    for bad in ["f = lambda x: x.gpu_data.device_pointer_value or 0",
+                "def _simulated(x):\n    return type(x).__name__ == 'FakeCUDAArray'",
+                "from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray",
+                "from numba.cuda.simulator import kernel as simkernel\norig = simkernel.BlockThread.syncthreads",
+                "from numba.cuda import simulator", "import numba.cuda.cudadrv.driver as drv",
+                "from numba.core import types", "cufunc = compiled._codelibrary.get_cufunc()",
+                "p = getattr(x, 'gpu_data')", "m = importlib.import_module('numba.cuda.simulator.kernel')"]:
+        assert _numba_private_uses(bad), bad
+    for fine in ["from numba import cuda, uint64", "from numba.cuda.extending import intrinsic",
+                 "from numba import types", "x = numba_cuda().as_cuda_array(t)", "p = _adapter.numba_pointer(x)",
+                 "# the simulator's FakeCUDAArray wraps a numpy array; x.gpu_data is its memory",
+                 '"""Runs in numba.cuda.simulator (FakeCUDAArray, BlockThread)."""']:
+        assert not _numba_private_uses(fine), fine
+
+
+def test_numba_private_attributes_are_read_only_in_the_adapter():
+    """numba-cuda's private attributes and modules (device pointers, compiled-kernel handles, the simulator's
+    classes and modules, numba's driver and core) are reached only under _adapter/, the simulator tracing of
+    analysis/ included."""
+    src = ROOT / "src" / "tiledmm"
+    found = [f"{p.relative_to(src)}:{use}" for p in sorted(src.rglob("*.py"))
+             if "_adapter" not in p.parts for use in _numba_private_uses(p.read_text())]
+    assert not found, "go through tiledmm._adapter:\n" + "\n".join(found)

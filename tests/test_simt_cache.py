@@ -106,6 +106,7 @@ def test_emulation_kernels_are_left_alone():
     assert not _diskcache.ready("tiled", 4, "float32", capability=(9, 0))
 
 
+@pytest.mark.slow
 def test_every_rungs_kernel_gets_a_tagged_cache_in_tiledmms_folder(tmp_path):
     body = """
     out = {}

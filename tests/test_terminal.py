@@ -32,6 +32,7 @@ SQUARE = ("import numpy as np; a = np.ones((4, 4), np.float32); "
           "assert (tiledmm.matmul(a.astype(np.float64), a.astype(np.float64)) == 4).all(); print('ok')")
 
 
+@pytest.mark.slow
 def test_triton_imported_before_tiledmm_runs_the_default_kernel_in_the_interpreter():
     p = python("import triton; import tiledmm; " + SQUARE)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
@@ -43,11 +44,13 @@ def test_numba_imported_before_tiledmm_runs_the_simt_kernels_in_the_simulator():
     assert "Warning" not in p.stderr, p.stderr
 
 
+@pytest.mark.slow
 def test_numba_and_triton_imported_first_both_work():
     p = python("import numba, triton; import tiledmm; " + SQUARE)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stdout + p.stderr
 
 
+@pytest.mark.slow
 def test_numba_cuda_imported_first_warns_at_import_and_refuses_simt_kernels_naming_the_fix():
     """numba.cuda imported in its GPU mode cannot become the simulator: said at import, with the fix;
     the Triton kernels still run, a SIMT kernel is refused with the same words (no traceback of numba)."""
@@ -123,9 +126,18 @@ def test_tables_fit_the_terminal_with_numbers_whole(width, args, whole, monkeypa
         assert w in out, (w, out)
 
 
+@pytest.fixture(scope="module")
+def claims_rows():
+    """The claims recomputed once for the widths (each takes seconds: seven traces)."""
+    from tiledmm.analysis.claims import table
+    return table(True)
+
+
 @pytest.mark.skipif(GPU, reason="traces are recorded in emulation")
 @pytest.mark.parametrize("width", WIDTHS)
-def test_claims_fit_with_lectures_named(width, monkeypatch):
+def test_claims_fit_with_lectures_named(width, monkeypatch, claims_rows):
+    from tiledmm.analysis import claims
+    monkeypatch.setattr(claims, "table", lambda emulating: claims_rows if emulating else pytest.fail("not emulating"))
     code, out, err = at_width(width, monkeypatch, "claims")
     assert code == 0, err
     fits(out, width)
@@ -359,6 +371,7 @@ def test_readme_lists_every_rung():
             assert f"`{s.name}`" in ladder, s.name
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GPU, reason="explain records its trace in emulation (on a GPU it reruns itself)")
 def test_explain_leaves_no_blank_lines_on_stderr(tmp_path):
     p = subprocess.run([sys.executable, "-m", "tiledmm", "explain", "--out", str(tmp_path / "e.svg")],

@@ -64,6 +64,7 @@ def _check(dev, dtype, tol, shapes_of):
     return work
 
 
+@pytest.mark.slow
 def test_threads_on_fresh_shapes_through_the_api(switchy, tune):
     """32 threads, each its own never-seen shape (new shape classes and new sizes of one class)."""
     errors = _together(_check("cpu", torch.float32, 1e-5, lambda i: (3 + i, 5 + (i * 7) % 13, 4 + (i * 3) % 11)))

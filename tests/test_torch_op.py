@@ -59,6 +59,7 @@ def test_matmul_op_matches_torch_and_keeps_inputs():
 
 # -- autograd --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sa,sb", [((4,), (4, 3)), ((3, 4), (4,)), ((2, 1, 2, 2), (2, 2, 1)), ((3, 2), (2, 2, 3))])
 def test_gradcheck_matmul_float64(sa, sb):
     a, b = _t(*sa, dtype=torch.float64, grad=True), _t(*sb, dtype=torch.float64, grad=True, seed=1)
@@ -140,6 +141,7 @@ def test_api_matmul_records_the_graph():
     torch.testing.assert_close(a.grad, torch.ones(3, 2, device=DEV) @ b.T)
 
 
+@pytest.mark.slow
 def test_gradcheck_gemm_both_outputs():
     """keep_pre: the loss reads y and the pre-activation z (gz reaches the backward); z alone too."""
     a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
@@ -200,13 +202,21 @@ def test_vmap_goes_through_the_operators():
         torch.testing.assert_close(torch.vmap(f)(a), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
+def test_double_backward_through_the_eager_matmul():
+    """create_graph: the backward's products are recorded (the Function again): gradgradcheck
+    (float64 on the SIMT "naive" kernel: the simulator's quickest)."""
+    a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
+    assert torch.autograd.gradgradcheck(lambda x, y: _library.matmul(x, y, "naive"), (a, b), fast_mode=True)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("act,keep", [("none", False), ("gelu", True), ("silu", False), ("relu", False)])
 def test_double_backward_through_the_eager_functions(act, keep):
     """create_graph: the backward's products are recorded (the Functions again): gradgradcheck
     (float64 on the SIMT "naive" kernel: the simulator's quickest; its epilogue is torch's)."""
     a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
     c, bias = _t(1, 2, dtype=torch.float64, grad=True, seed=2), _t(2, dtype=torch.float64, grad=True, seed=3)
-    assert torch.autograd.gradgradcheck(lambda x, y: _library.matmul(x, y, "naive"), (a, b), fast_mode=True)
 
     def f(x, y, z, w):
         return _library.gemm(x, y, z, w, 0.5, 2.0, -1, act, keep, "naive", None)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _adapter
 from ._errors import TiledmmError  # noqa: F401  (tiledmm.TiledmmError; here for the modules that take it from here)
 
 # dtype names used throughout tiledmm (numpy spelling; bfloat16 exists only in torch)
@@ -47,7 +48,7 @@ def dtype_name(x: Any, kind: str) -> str:
 
 
 def _simulated(x: Any) -> bool:
-    return type(x).__name__ == "FakeCUDAArray"
+    return _adapter.numba_is_sim_array(x)
 
 
 def device_name(x: Any, kind: str) -> str:

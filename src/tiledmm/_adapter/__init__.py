@@ -59,7 +59,7 @@ is remembered beside the kernel index, keyed by Triton's fingerprint, torch, the
 remembered. On a Triton version not in ``TRITON_CHECKED``, or where the self-test fails, tiledmm
 warns once and launches through ``kernel[grid](...)`` for the rest of the process (correct, some
 microseconds slower per call). Nothing here imports Triton, torch or numba at import time. The parts beside
-this file (launch, gluon_launch, index_entry, store_build, torch_private, numba_private, boot) are re-exported here.
+this file (launch, gluon_launch, index_entry, store_build, torch_private, numba_private, numba_sim, boot) are re-exported here.
 
 Where direct launches are on, tiledmm also keeps its own *kernel index* (``index_key``,
 ``remember_compiled``, ``load_compiled``; the folder ``tiledmm-index/`` in Triton's cache folder,
@@ -547,7 +547,8 @@ from .store_build import export_compiled  # noqa: E402,F401
 from .torch_private import (device_getter, gpu_sleep, internal_overlap, raw_stream, raw_stream_getter,  # noqa: E402,F401
                             storage_weakref, symmetric_memory, version_counter)
 from .boot import interpret_imported_triton, numba_simulator_ready  # noqa: E402,F401
-from .numba_private import numba_array_maker, numba_disk_cache, numba_opt_in_shared  # noqa: E402,F401
+from .numba_private import numba_array_maker, numba_disk_cache, numba_opt_in_shared, numba_pointer  # noqa: E402,F401
+from .numba_sim import numba_is_sim_array, numba_sim_array, numba_sim_hooks, numba_sim_thread  # noqa: E402,F401
 
 __all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key", "load_compiled",
            "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "BoundLaunch",

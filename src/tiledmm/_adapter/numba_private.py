@@ -1,5 +1,6 @@
-"""The adapter's part for numba-cuda's private interfaces: device arrays over foreign memory and the SIMT
-kernels' disk cache (see the package's docstring for the versions)."""
+"""The adapter's part for numba-cuda's private interfaces: device arrays over foreign memory, their raw
+pointers and the SIMT kernels' disk cache (see the package's docstring for the versions; the simulator's
+are in numba_sim)."""
 from __future__ import annotations
 
 import functools
@@ -21,6 +22,13 @@ def numba_array_maker(index: int):
     def make(shape, strides, dtype, ptr: int, nbytes: int, owner):
         return array(shape, strides, dtype, gpu_data=memory(context, pointer(ptr), nbytes, owner=owner))
     return make
+
+
+def numba_pointer(x) -> int:
+    """The device address of numba device array ``x`` (0 for none): numba-cuda 0.30.4's
+    ``DeviceNDArray.gpu_data.device_pointer_value``, read without building the ctypes pointer that the
+    public ``device_ctypes_pointer`` makes on each call (the short path reads it per operand)."""
+    return x.gpu_data.device_pointer_value or 0
 
 
 def numba_disk_cache(kernel, tag: str, root: str, on_ready: Callable[[], object] | None = None) -> bool:

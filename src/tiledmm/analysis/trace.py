@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _adapter
+
 SECTOR, LINE, BANKS, BANK_BYTES = 32, 128, 32, 4
 
 
@@ -41,21 +43,25 @@ class Recorder:
     def __init__(self):
         self.events: list[Event] = []
         self.lock = threading.Lock()
+        self.local = threading.local()   # per simulated thread: barriers passed, the last global load
+
+    def barrier(self):
+        self.local.barriers = getattr(self.local, "barriers", 0) + 1
 
     def log(self, op, arr, idx, value=None):
-        t = threading.current_thread()
+        block, thread, tid = _adapter.numba_sim_thread()
+        t = self.local
         idx = idx if isinstance(idx, tuple) else (idx,)
         idx = tuple(int(i) for i in idx)
         addr = int(sum(i * s for i, s in zip(idx, arr._a.strides)))
-        loaded = getattr(t, "_tiledmm_loaded", None)
+        loaded = getattr(t, "loaded", None)
         shared_st = op == "st" and arr._space == "shared"
-        ev = Event(op, arr._name, arr._space, tuple(t.blockIdx), tuple(t.threadIdx), int(t.thread_id),
-                   getattr(t, "_tiledmm_barriers", 0), idx, addr, bool(shared_st and not loaded and value == 0),
-                   loaded if shared_st else None)
+        ev = Event(op, arr._name, arr._space, block, thread, tid, getattr(t, "barriers", 0), idx, addr,
+                   bool(shared_st and not loaded and value == 0), loaded if shared_st else None)
         if op == "ld" and arr._space == "global":
-            t._tiledmm_loaded = (arr._name, idx)
+            t.loaded = (arr._name, idx)
         elif shared_st:
-            t._tiledmm_loaded = None
+            t.loaded = None
         with self.lock:
             self.events.append(ev)
 
@@ -82,44 +88,11 @@ class RecArray:
         self._a[idx] = value
 
 
-@contextmanager
 def _instrumented(rec: Recorder):
     """Count barriers per thread; record every shared array the kernel allocates."""
-    import sys
-    import traceback
-
-    from numba.cuda.simulator import kernel as simkernel
-    from numba.cuda.simulator import kernelapi
-    orig_sync = simkernel.BlockThread.syncthreads
-    orig_shared = kernelapi.FakeCUDAShared.array
-    lock = threading.Lock()
-
-    def syncthreads(self):
-        orig_sync(self)
-        self._tiledmm_barriers = getattr(self, "_tiledmm_barriers", 0) + 1
-
-    def shared_array(self, shape, dtype, alignment=None):
-        from numba.np import numpy_support
-        from numba.core import types
-        if isinstance(dtype, types.Type):
-            dtype = numpy_support.as_dtype(dtype)
-        frame = traceback.extract_stack(sys._getframe())[-2]
-        key = (frame.filename, frame.lineno)
-        with lock:   # the block's threads race here: all must get the one array of this line
-            res = self._allocations.get(key)
-            if res is None:
-                name = (frame.line or "shared").split("=")[0].strip()
-                res = RecArray(np.zeros(shape, dtype), name, "shared", rec)
-                self._allocations[key] = res
-        return res
-
-    simkernel.BlockThread.syncthreads = syncthreads
-    kernelapi.FakeCUDAShared.array = shared_array
-    try:
-        yield
-    finally:
-        simkernel.BlockThread.syncthreads = orig_sync
-        kernelapi.FakeCUDAShared.array = orig_shared
+    def shared_array(shape, dtype, line):
+        return RecArray(np.zeros(shape, dtype), (line or "shared").split("=")[0].strip(), "shared", rec)
+    return _adapter.numba_sim_hooks(on_barrier=rec.barrier, shared_array=shared_array)
 
 
 @dataclass
@@ -286,22 +259,15 @@ def _block_progress(progress, total: int):
     if progress is None:
         yield
         return
-    from numba.cuda.simulator import kernel as simkernel
-    orig = simkernel.BlockManager.run
     done = [0]
 
-    def run(self, *args, **kwargs):
-        r = orig(self, *args, **kwargs)
+    def block_done():
         done[0] += 1
         progress(done[0], total)
-        return r
 
-    simkernel.BlockManager.run = run
-    progress(0, total)
-    try:
+    with _adapter.numba_sim_hooks(on_block=block_done):
+        progress(0, total)
         yield
-    finally:
-        simkernel.BlockManager.run = orig
 
 
 def region(cells) -> str:

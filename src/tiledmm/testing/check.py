@@ -99,9 +99,9 @@ class Built:
         kind = self.case.kind
         buf = self.bufs[v.buf]
         if kind == "numba":
-            if not self.env.gpu:                       # the simulator: a FakeCUDAArray over the numpy view
-                from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-                return FakeCUDAArray(_apply(buf, v, "numpy"))
+            if not self.env.gpu:                       # the simulator: its device array over the numpy view
+                from tiledmm import _adapter
+                return _adapter.numba_sim_array(_apply(buf, v, "numpy"))
             from tiledmm._backend import numba_cuda
             t = _apply(buf, v, "torch", flips=False)
             x = numba_cuda().as_cuda_array(t)
@@ -127,8 +127,8 @@ def _wrap(x, kind: str, gpu: bool):
     if kind != "numba":
         return x
     if not gpu:
-        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-        return FakeCUDAArray(x)
+        from tiledmm import _adapter
+        return _adapter.numba_sim_array(x)
     from tiledmm._backend import numba_cuda
     return numba_cuda().as_cuda_array(x)
 

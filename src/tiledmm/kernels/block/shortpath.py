@@ -158,7 +158,7 @@ class PointerPlan:
                 return d if d == y.data.device_id == device() else -1
             self.where = where
         else:
-            self.ptr = lambda x: x.gpu_data.device_pointer_value or 0
+            self.ptr = _adapter.numba_pointer
             self.stream = lambda: 0
             current = _adapter.device_getter()
             self.where = lambda x, y: current()
