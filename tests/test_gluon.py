@@ -740,8 +740,8 @@ def test_gpu_split_launches_keep_a_workspace_per_stream_and_a_graph_its_own():
         s.wait_stream(torch.cuda.current_stream())
     for _ in range(3):
         for s, job in ((s1, jobs[0]), (s2, jobs[1])):
-            job[2].fill_(float("nan"))
-            with torch.cuda.stream(s):
+            with torch.cuda.stream(s):      # the poison on the launch's own stream: after the last launch there,
+                job[2].fill_(float("nan"))  # before this one (on the default stream it raced both)
                 run(*job)
     torch.cuda.synchronize()
     assert check(*jobs[0]) < 1e-2 and check(*jobs[1]) < 1e-2
