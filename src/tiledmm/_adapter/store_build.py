@@ -85,6 +85,17 @@ def install_modules(doc: dict) -> int:
         return wrote
 
 
+def _packed(out, data: bytes, suffix: str) -> str:
+    """``data`` as a blob of the store at ``out`` (named by its hash, so each distinct file is kept once; what
+    ``_unpacked`` reads back): its name."""
+    import gzip
+    import hashlib
+    blob = f"{hashlib.sha256(data).hexdigest()[:32]}{suffix}.gz"
+    if not (out / "blobs" / blob).exists():
+        (out / "blobs" / blob).write_bytes(gzip.compress(data, 9, mtime=0))
+    return blob
+
+
 def _compiled_modules(root) -> dict:
     """{cache key: {file name: path}} of the compiled C modules in Triton's cache folder ``root`` (a folder
     there is named by its key in base32)."""
@@ -112,7 +123,6 @@ def export_compiled(out=None, index=None, fresh: bool = False) -> dict:
     blobs no version's index names are removed. Returns a report: kernels, distinct files, their bytes
     raw and stored, per kernel name."""
     import gzip
-    import hashlib
     import json
     from pathlib import Path
 
@@ -147,10 +157,7 @@ def export_compiled(out=None, index=None, fresh: bool = False) -> dict:
                 t = [target.get("backend"), target.get("arch"), target.get("warp_size")]
                 if t not in doc["targets"]:
                     doc["targets"].append(t)
-            blob = f"{hashlib.sha256(data).hexdigest()[:32]}{Path(fname).suffix}.gz"
-            if not (out / "blobs" / blob).exists():
-                (out / "blobs" / blob).write_bytes(gzip.compress(data, 9, mtime=0))
-            files[fname] = blob
+            files[fname] = _packed(out, data, Path(fname).suffix)
         shipped = entry.pop("shipped")
         added += shipped not in doc["kernels"]
         doc["kernels"][shipped] = {**entry, "signature": [[k, v] for k, v in entry["signature"].items()],
@@ -162,11 +169,7 @@ def export_compiled(out=None, index=None, fresh: bool = False) -> dict:
     doc["host"] = host
     for key, files in _compiled_modules(index.parent).items():
         for fname, path in files.items():
-            data = Path(path).read_bytes()
-            blob = f"{hashlib.sha256(data).hexdigest()[:32]}.so.gz"
-            if not (out / "blobs" / blob).exists():
-                (out / "blobs" / blob).write_bytes(gzip.compress(data, 9, mtime=0))
-            doc.setdefault("modules", {}).setdefault(key, {})[fname] = blob
+            doc.setdefault("modules", {}).setdefault(key, {})[fname] = _packed(out, Path(path).read_bytes(), ".so")
     doc_path.write_text(json.dumps(doc, indent=0, sort_keys=True) + "\n")
     named = set()
     for p in out.glob("triton-*.json"):
