@@ -232,14 +232,19 @@ def test_gpu_a_fresh_process_compiles_nothing_where_the_store_has_its_kernels(tm
 
 
 def test_the_store_installs_tritons_compiled_launchers_only_on_a_host_like_the_builds(store, tmp_path, monkeypatch):
-    """Triton builds each launcher with the host's C compiler on a cold cache (about half a second each): the
-    store's are installed with the first hit, where the host's platform key and extension suffix are the
-    build's; on any other host Triton builds its own."""
+    """Triton builds each launcher with the host's C compiler on a cold cache (about half a second each): a new
+    process's first call finds the store's installed (tiledmm readies Triton's cache folder before its first
+    lookup), where the host's platform key and extension suffix are the build's; on any other host Triton
+    builds its own."""
+    monkeypatch.setattr(_adapter, "_settle_triton_cache", lambda: "")
+    monkeypatch.setattr(_adapter, "_cache_ready", False)         # a new process
+    monkeypatch.setattr(store_build, "_modules_done", False)
     assert get_cache_manager(MODULE_KEY).get_file(LAUNCHER) is None       # the fresh machine's cache
     ck, fn = _first_call()
     installed = Path(get_cache_manager(MODULE_KEY).get_file(LAUNCHER))
     assert fn.jit_calls == 0 and installed.read_bytes() == b"not a real launcher"
     installed.unlink()
+    monkeypatch.setattr(_adapter, "_cache_ready", False)         # another new process, on another host
     monkeypatch.setattr(store_build, "_modules_done", False)
     monkeypatch.setattr(store_build, "_host_key", lambda: ["arm64,Darwin,64bit,", ".so"])
     for p in (tmp_path / "fresh-triton" / "tiledmm-index").glob("*.json"):

@@ -520,8 +520,7 @@ def _load_shipped(key, fn, require: dict | None):
         entry = store["kernels"].get(shipped)
         if entry is None or any((entry.get("notes") or {}).get(k) != v for k, v in (require or {}).items()):
             return None
-        from .store_build import install_entry, install_modules
-        install_modules(store)          # (once a process) Triton's compiled launchers, where they fit this host
+        from .store_build import install_entry     # (its launchers went in with triton_cache_ready, before)
         group = install_entry(entry)
         if group is None:
             return None
