@@ -54,11 +54,9 @@ GiB = 1 << 30
 
 
 def mem_available() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    """The CLI's reading of MemAvailable (``tiledmm.cli._app.mem_available``), 0 where unknown."""
+    from tiledmm.cli._app import mem_available as available
+    return available() or 0
 
 
 def peak_rss() -> int:
