@@ -20,8 +20,9 @@ The calls (``--plan`` lists their number per part without a GPU):
   layout with a one-element offset), so every tabled choice is compiled;
 * suites: the bench suites (square, irregular, transformer, llm) in bf16, fp16, tf32 and fp32, with B
   row-major and transposed (x @ W.T);
-* rows: the llm suite's (N, K) at every M class 1 .. 8192 (the random-M loop's classes), bf16 / fp16 /
-  tf32 / fp32, B row-major and transposed;
+* rows: the llm suite's (N, K) at every M class 1 .. 8192 (the random-M loop's classes), M a power of two
+  and one more (Triton's two specialisations of M: divisible by 16 or not), bf16 / fp16 / tf32 / fp32, B
+  row-major and transposed;
 * linear: ``tiledmm.nn.functional.linear`` (bias; none, gelu, silu) at M 16, 512, 4096 in bf16 and fp16,
   and a forward + backward at M 4096 (the backward products' layouts);
 * invariant: the same llm shapes in batch-invariant mode (its own picks) at M 1 and 4096;

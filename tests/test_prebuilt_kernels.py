@@ -178,6 +178,22 @@ def test_the_build_plan_covers_the_table_the_suites_and_the_layers():
     assert {p["api"] for p in points} == {"matmul", "linear", "linear_bwd"} and any(p["invariant"] for p in points)
 
 
+def test_the_rows_part_compiles_both_specialisations_of_m_in_every_class():
+    """A token loop's M is mostly not a multiple of 16, which Triton compiles as its own specialisation: each
+    M class from 16 up is built with an M divisible by 16 and one that is not (and M = 1, its own)."""
+    from tiledmm._adapter.launch import int_key
+    from tiledmm.kernels.block import build_calls
+    from tiledmm.registry import shape_class
+    rows = [p for p in build_calls.plan(("rows",), None) if p["part"] == "rows"]
+    for n, k in build_calls.LLM:
+        ms = {p["M"] for p in rows if (p["N"], p["K"]) == (n, k) and p["dtype"] == "bfloat16"}
+        assert 1 in ms
+        for c in range(4, 14):
+            keys = {int_key(m) for m in ms if shape_class(m, 1, 1)[0] == c}
+            if 2 ** c * k * 2 <= build_calls.MAX_BYTES // 2:
+                assert keys == {0, 2}, (n, k, c, keys)
+
+
 def test_the_table_calls_have_their_entries_layout_and_class():
     """Every shipped-table entry's synthesised call (scripts/build_kernels.py runs them) has the entry's layout
     key and shape class as the dispatcher computes them (operands made on the CPU, empty: nothing is run)."""
