@@ -35,6 +35,9 @@ def _cuda_timer():
     return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
 
+SLOW_MS = 100.0    # time_calls: the batches of a call that outlasts a batch on its own, at most this long together
+
+
 def time_calls(calls: Sequence[Call] | Call, *, batches: int = 5, per_batch: int | None = None,
                warmup: int = 2, batch_ms: float = 10.0, max_per_batch: int = 1000) -> float:
     """Median milliseconds per call.
@@ -42,13 +45,18 @@ def time_calls(calls: Sequence[Call] | Call, *, batches: int = 5, per_batch: int
     calls: one callable per input set (or a single callable); each enqueues one run.
     per_batch: calls between the two events; default: enough for about ``batch_ms``
         of GPU time (at least 3, at most ``max_per_batch``), from a first timed batch.
+        Where one call lasts ``batch_ms`` or more (a batch of one), ``batches`` is cut to what fits in
+        ``SLOW_MS``, three at least: so long a call varies little from run to run, and ten batches of the
+        lectures' naive kernel (35 ms a call) took a third of the main job's time.
     """
     calls = _listed(calls, "time_calls")
     if _backend.emulating():
         return _host_time(calls, max(batches, 1))
     _warm(calls, warmup)
     if per_batch is None:
-        per_batch = _batch_size(calls, batch_ms, max_per_batch)
+        per_batch, one_ms = _batch_size(calls, batch_ms, max_per_batch)
+        if per_batch == 1:
+            batches = min(batches, max(3, math.ceil(SLOW_MS / one_ms)))
     times = [_batch(calls, per_batch, b * per_batch) / per_batch for b in range(max(batches, 1))]
     return statistics.median(times)
 
@@ -68,15 +76,15 @@ def _warm(calls: list, warmup: int) -> None:
     torch.cuda.synchronize()
 
 
-def _batch_size(calls: list, batch_ms: float, max_per_batch: int) -> int:
-    """Calls a batch for about ``batch_ms`` of queued time (at least 3), from a first batch of 3 -- but one where
-    a single call already lasts ``batch_ms`` (the events' cost is nothing beside it, and three of a slow
-    kernel's calls a batch tripled the main job's time)."""
+def _batch_size(calls: list, batch_ms: float, max_per_batch: int) -> tuple[int, float]:
+    """(calls a batch, ms a call as timed): a batch for about ``batch_ms`` of queued time (at least 3), from a
+    first batch of 3 -- but one where a single call already lasts ``batch_ms`` (the events' cost is nothing
+    beside it, and three of a slow kernel's calls a batch tripled the main job's time)."""
     one = _batch(calls, 1, 0)
     if one >= batch_ms:
-        return 1
+        return 1, one
     est = _batch(calls, 3, 1) / 3
-    return int(min(max_per_batch, max(3, math.ceil(batch_ms / max(est, 1e-4)))))
+    return int(min(max_per_batch, max(3, math.ceil(batch_ms / max(est, 1e-4))))), est
 
 
 def _batch(calls: list, n: int, offset: int) -> float:
@@ -113,7 +121,7 @@ def device_and_host(calls: Sequence[Call] | Call, *, batches: int = 3, warmup: i
     for i in range(3):
         calls[i % len(calls)]()
     host_est = (time.perf_counter() - t0) / 3
-    n = _batch_size(calls, batch_ms, max_per_batch)
+    n, _ = _batch_size(calls, batch_ms, max_per_batch)
     sleep_s = 1.5 * n * host_est + 50e-6
     device, host = [], []
     for b in range(max(batches, 1)):
