@@ -2,7 +2,7 @@
 """Which variants earn their place: per variant, the shipped H100 table's entries and the no-timing
 default's picks over tiledmm.bench.SUITES, on any machine (a CPU one too).
 
-    PYTHONPATH=src python3 scripts/variant_picks.py [--suites square,irregular,transformer,llm] [--ampere]
+    PYTHONPATH=src python3 scripts/variant_picks.py [--suites square,irregular,transformer,llm] [--ampere] [--each FILE]
 
 The picks are the dispatcher's own (``dispatch.candidates`` and ``dispatch._untimed``: the rules, the
 shipped table, the model) for the bench's operands (row-major, "nn") of every suite shape, in bf16,
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import sys
 import types
@@ -64,8 +65,9 @@ def _operands(shape, dtype):
     return tuple(torch.empty(*batch, r, c, dtype=dtype).as_subclass(_Cuda) for r, c in ((m, k), (k, n), (m, n)))
 
 
-def picks(suites: list[str]) -> dict:
-    """{"default": Counter, "model": Counter} of the variants picked over ``suites``' shapes and DTYPES."""
+def picks(suites: list[str], each: dict | None = None) -> dict:
+    """{"default": Counter, "model": Counter} of the variants picked over ``suites``' shapes and DTYPES;
+    ``each``, if given, gets every default choice (variant and config) by "dtype shape"."""
     from tiledmm.bench import SUITES
     from tiledmm.kernels.block import dispatch
     out = {"default": collections.Counter(), "model": collections.Counter()}
@@ -81,6 +83,8 @@ def picks(suites: list[str]) -> dict:
                 owned, from_table, model = dispatch._untimed(key, a, b, c, precision, 1.0, 0.0, p, dict(options))
                 name = owned or from_table or model
                 out[which][name.partition(":")[0]] += 1
+                if each is not None and which == "default":
+                    each[f"{label} {shape}"] = name
     os.environ.pop("TILEDMM_TABLE", None)
     return out
 
@@ -99,6 +103,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--suites", default="square,irregular,transformer,llm")
     ap.add_argument("--ampere", action="store_true", help="the picks on a stand-in A100 (capability 8.0)")
+    ap.add_argument("--each", metavar="FILE", help="write every default choice (variant:config by dtype and shape) "
+                    "as JSON: diff two commits' files to see whether a change moved any pick")
     args = ap.parse_args(argv)
     global AMPERE
     if args.ampere:
@@ -106,7 +112,11 @@ def main(argv=None) -> int:
         AMPERE = H.Device(108, (8, 0), 166912 - 1024, 2.0e6)
     _stand_in_h100()
     from tiledmm.kernels.block import variants
-    counts = {**table_counts(), **picks(args.suites.split(","))}
+    each = {} if args.each else None
+    counts = {**table_counts(), **picks(args.suites.split(","), each)}
+    if args.each:
+        with open(args.each, "w") as f:
+            json.dump(each, f, indent=0, sort_keys=True)
     names = [v.name for v in variants.ALL + variants.OPT_IN]
     print(f"{'variant':16}" + "".join(f"{k:>9}" for k in counts))
     for n in names:
