@@ -1,6 +1,7 @@
 """The shipped per-GPU tables (kernels/block/shipped.py): lookup by nearest class, the order
 store > table > model, the table off, writing one, and the tables the package ships."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -408,3 +409,19 @@ def test_the_first_source_that_answers_decides(fresh, monkeypatch):
         ch = _chosen(a, b, c)
         assert ch["source"] == source, (source, ch)
         assert bm.candidate_name(ch["variant"], ch["config"]) == names[i % len(names)], (source, ch)
+
+
+def test_each_hopper_gpu_gets_its_own_table_by_name(fresh):
+    """The table is chosen by the GPU's name (and SM count): an H200 reads an H200 table where one ships,
+    never the H100's, and an H100 never reads the H200's; with none of its own, the H200 runs on the model."""
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    package = Path(shipped.__file__).parent / "tables"
+    assert shipped.table_for(h100, 132, folder=package) is not None     # the H100's ships
+    assert shipped.table_for(h200, 132, folder=package) is None         # an H200 without its own: the model
+    e = shipped.entry("L", (10, 10, 10), "blocked", {"BLOCK_M": 64}, 1.0, "model", 2.0, rotated=True)
+    shipped.write(fresh / f"{shipped.slug(h200)}.json", h200, 132, [e], {"test": True})
+    assert shipped.slug(h200) == "nvidia-h200"
+    t = shipped.table_for(h200, 132, folder=fresh)
+    assert t is not None and t["gpu"] == h200
+    assert shipped.table_for(h100, 132, folder=fresh) is None    # the H100 does not read the H200's
+    assert shipped.table_for(h200, 114, folder=fresh) is None    # another SM count (a cut-down part): not its table
