@@ -379,15 +379,22 @@ def test_gpu_linear_forward_backward_against_float64(act, dtype, precision, tol)
 
 @pytest.mark.gpu
 def test_gpu_compiled_step_under_cuda_graphs():
-    """torch.compile(fullgraph=True) with inductor and CUDA graphs (mode="reduce-overhead")."""
+    """torch.compile(fullgraph=True) with inductor and CUDA graphs (mode="reduce-overhead"), the process's
+    first Gluon launch inside it: its kept counters must not come from the graph's pool (cudagraph trees
+    refuse a live tensor there that is not an output)."""
+    from tiledmm.kernels.block import gluon_gemm
     from tiledmm.nn.functional import linear
 
     def f(x, w, bias):
         return linear(x, w, bias, "gelu").float().square().mean()
     x, w, bias = _t(256, 128, dtype=torch.bfloat16), _t(192, 128, dtype=torch.bfloat16, seed=1) / 10, \
         _t(192, dtype=torch.bfloat16, seed=2)
+    with gluon_gemm._scratch_lock:        # as in a new process (what earlier launches bound stays alive)
+        gluon_gemm._OUTGROWN.extend(gluon_gemm._SCRATCH.values())
+        gluon_gemm._SCRATCH.clear()
     compiled = torch.compile(f, fullgraph=True, mode="reduce-overhead")
     for _ in range(3):
         got = compiled(x, w, bias)
+    assert gluon_gemm._SCRATCH, "the compiled step never reached the Gluon kernel (this test's reason)"
     want = torch.nn.functional.gelu(torch.nn.functional.linear(x.double(), w.double(), bias.double())).square().mean()
     torch.testing.assert_close(got.double(), want, rtol=2e-2, atol=1e-3)

@@ -475,19 +475,25 @@ def ensure_allocator() -> None:
 _keep_streams: dict = {}
 
 
-def _scratch(nbytes: int):
-    """Device memory kept for good (global scratch, a bound sequence's workspace): allocated on a
-    stream of its own, so never from a CUDA graph's private pool (torch.cuda.graph and inductor's
+def _scratch(nbytes: int, zeroed: bool = False):
+    """Device memory kept for good (global scratch, a bound sequence's workspace, counters): allocated
+    on a stream of its own, so never from a CUDA graph's private pool (torch.cuda.graph and inductor's
     cudagraph trees route the allocations of the stream they capture or warm up on there, and a
     kept tensor in that pool breaks their bookkeeping); None while a capture is under way (the
-    caller then leaves the launch to Triton's own allocator, per call)."""
+    caller then leaves the launch to Triton's own allocator, per call). ``zeroed``: filled with zeros
+    there, and the current stream waits for it."""
     import torch
     if torch.cuda.is_current_stream_capturing():
         return None
     dev = torch.cuda.current_device()
     side = _keep_streams.get(dev) or _keep_streams.setdefault(dev, torch.cuda.Stream(dev))
     with torch.cuda.stream(side):
-        return torch.empty(nbytes, device="cuda", dtype=torch.int8)
+        t = torch.empty(nbytes, device="cuda", dtype=torch.int8)
+        if zeroed:
+            t.zero_()
+    if zeroed:
+        torch.cuda.current_stream(dev).wait_stream(side)
+    return t
 
 
 def keep(nbytes: int, dev: int | None = None):

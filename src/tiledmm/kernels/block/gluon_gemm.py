@@ -73,7 +73,7 @@ import warnings
 from ... import _adapter, _device
 from ..._adapter import int_key
 from ..._arrays import TiledmmError
-from .fastlaunch import current_stream, keep
+from .fastlaunch import _scratch as side_scratch, current_stream, keep
 from .gluon_model import (  # noqa: F401  (the kernel's model, re-exported: gluon_gemm is its one door)
     NAME, LOADER_REGS, SMEM_LIMIT, _DTYPES, ACTS, cdiv, _c, parts, check_parts, MAX_TAIL_SPLIT, tail_plan, _units,
     CONFIGS, RATE, RATE_TF32, RATE_TF32_REG, SPLIT_COST, NEAR, TAIL_ROUND, smem_bytes, heuristic, _order,
@@ -146,6 +146,7 @@ def _check_epilogue(bias, bias_mode, act, M: int, N: int, c) -> None:
 # device index -> (1-element fp32 stand-in workspace, int32 counters), and (device, stream) -> the
 # same for the split launches of that stream
 _SCRATCH: dict = {}
+_OUTGROWN: list = []      # counters replaced by larger ones, never freed (their memory is not stream-ordered)
 _scratch_lock = threading.Lock()
 
 
@@ -162,12 +163,27 @@ def _scratch(dev: int, counters: int, workspace: int, stream: int | None = None)
         with _scratch_lock:
             kept = _SCRATCH.get(key)
             if kept is None or kept[1].numel() < counters:
-                where = torch.device("cuda", dev)
-                kept = _SCRATCH[key] = (torch.empty(1, dtype=torch.float32, device=where),
-                                        torch.zeros(max(counters, 1024), dtype=torch.int32, device=where))
+                if kept is not None:       # outgrown: a launch queued before may still count in it
+                    _OUTGROWN.append(kept)
+                kept = _SCRATCH[key] = _kept_scratch(dev, max(counters, 1024))
     if workspace:
         return torch.empty(workspace, dtype=torch.float32, device=kept[1].device), kept[1]
     return kept
+
+
+def _kept_scratch(dev: int, counters: int) -> tuple:
+    """(a 1-element fp32 stand-in, ``counters`` zeroed int32 counters) on device ``dev``, to keep: made on
+    fastlaunch's own stream (not in a CUDA graph's pool: inductor's cudagraph trees refuse a kept tensor
+    there, and the first Gluon launch of a process may come inside a compiled model's warm-up); while a
+    capture is under way, from the capturing stream as any of its allocations (the graph's pool)."""
+    import torch
+    with torch.cuda.device(dev):
+        ws, cnt = side_scratch(4), side_scratch(4 * counters, zeroed=True)
+        if ws is None or cnt is None:
+            where = torch.device("cuda", dev)
+            return (torch.empty(1, dtype=torch.float32, device=where),
+                    torch.zeros(counters, dtype=torch.int32, device=where))
+        return ws.view(torch.float32), cnt.view(torch.int32)
 
 
 MAX_WS_BYTES = 32 << 20     # a stream's kept split workspace at most (a larger one is made for its call)
