@@ -164,7 +164,7 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
     if dev_a != dev_b:
         raise TiledmmError(f"a and b are on different devices: {describe(a, 'a', kind)}; {describe(b, 'b', kind)}")
     spec = registry.get(kernel or default_kernel(da))
-    tile = spec.check_tile(tile)
+    asked, tile = tile, spec.check_tile(tile)
     opts = dict(options)
     if precision is not None:
         opts["precision"] = precision
@@ -172,6 +172,8 @@ def _matmul(a, b, kernel, tile, out, alpha, beta, precision, stream, max_device_
     if spec.check_options is not None:
         spec.check_options(da, opts)
     batch, (M, K, N), res_shape = _result_shape(tuple(a.shape), tuple(b.shape), a, b)
+    if asked is None and _backend.emulating():
+        tile = spec.emulation_tile(M, N)
 
     out_kind = None
     if out is not None:

@@ -79,6 +79,21 @@ class KernelSpec:
             raise TiledmmError(f"kernel {self.name!r} supports tile in {list(self.tiles)}, got tile={tile!r}")
         return int(tile)
 
+    def emulation_tile(self, m: int, n: int) -> int | None:
+        """The tile for an M x N output in the simulator when none was asked for: the smallest of ``tiles``
+        whose block holds the whole output where that is below the default, else the default. The simulator
+        runs a Python thread per CUDA thread, and a 3 x 5 output in a 16 x 16 block ran 256 of them for 15
+        results; each thread still adds along K in order, so the sums are the same."""
+        if not self.tiles or self.block_tile is None or self.default_tile is None:
+            return self.default_tile
+        for t in sorted(self.tiles):
+            if t >= self.default_tile:
+                break
+            bm, bn = self.block_tile(t)
+            if bm >= m and bn >= n:
+                return t
+        return self.default_tile
+
 
 _REGISTRY: dict[str, KernelSpec] = {}
 _lock = threading.Lock()
