@@ -246,3 +246,26 @@ def test_nan_and_inf_inputs_leak_no_numpy_warnings_from_the_triton_interpreter()
         warnings.simplefilter("error", RuntimeWarning)
         c = tiledmm.matmul(a, b, kernel="triton")
     assert np.isnan(c[0]).all() and np.isinf(c[1:]).all()
+
+
+@pytest.mark.skipif(GPU, reason="the simulator's choice (on a GPU the lectures' tile is the default's)")
+def test_emulation_gives_a_tiny_output_the_smallest_lecture_tile_that_holds_it(monkeypatch):
+    """In the simulator (a Python thread per CUDA thread) a call without a tile takes the smallest lecture
+    tile whose one block holds the output, below the default; a tile asked for is kept, and the sums match."""
+    import dataclasses
+
+    from tiledmm import registry
+    spec, seen = registry.get("tiled"), []
+
+    def launch(a, b, c, *, tile, opts, **kw):
+        seen.append(tile)
+        return spec.launch(a, b, c, tile=tile, opts=opts, **kw)
+    monkeypatch.setitem(registry._REGISTRY, "tiled", dataclasses.replace(spec, launch=launch))
+    assert [spec.emulation_tile(m, n) for m, n in ((1, 1), (2, 1), (3, 5), (8, 8), (9, 2), (40, 40))] == \
+        [2, 2, 8, 8, 16, 16]
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(3, 7, dtype=torch.float64, generator=g), torch.randn(7, 5, dtype=torch.float64, generator=g)
+    small = tiledmm.matmul(a, b)
+    asked = tiledmm.matmul(a, b, tile=16)
+    assert seen == [8, 16]
+    assert torch.equal(small, asked) and torch.allclose(small, a @ b, rtol=1e-12, atol=1e-12)
