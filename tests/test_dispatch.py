@@ -397,8 +397,10 @@ def test_numba_short_path_outputs_come_from_torchs_allocator_and_own_it(monkeypa
     for r, ref in keep:
         assert _rel(torch.as_tensor(r, device="cuda"), ref) < 1e-5
     s = torch.cuda.Stream()
+    # the inputs on the default stream, where a numba array's call runs (made on s, the call would race them:
+    # it read them unwritten, all zeros, under eight test workers)
+    ta, tb = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
     with torch.cuda.stream(s):
-        ta, tb = torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda")
         r = tiledmm.matmul(cuda.as_cuda_array(ta), cuda.as_cuda_array(tb))
     torch.cuda.synchronize()
     assert not isinstance(r.gpu_data._owner, torch.Tensor) and junk

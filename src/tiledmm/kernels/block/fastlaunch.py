@@ -477,23 +477,33 @@ _keep_streams: dict = {}
 
 def _scratch(nbytes: int, zeroed: bool = False):
     """Device memory kept for good (global scratch, a bound sequence's workspace, counters): allocated
-    on a stream of its own, so never from a CUDA graph's private pool (torch.cuda.graph and inductor's
-    cudagraph trees route the allocations of the stream they capture or warm up on there, and a
-    kept tensor in that pool breaks their bookkeeping); None while a capture is under way (the
-    caller then leaves the launch to Triton's own allocator, per call). ``zeroed``: filled with zeros
-    there, and the current stream waits for it."""
+    by a thread and on a stream of their own, so never from a CUDA graph's private pool (torch.cuda.graph
+    routes the allocations of the stream it captures there, inductor's cudagraph trees every allocation
+    of the thread that warms up or records, and a kept tensor in that pool breaks their bookkeeping);
+    None while a capture is under way (the caller then leaves the launch to Triton's own allocator, per
+    call). ``zeroed``: filled with zeros there, and the current stream waits for it."""
     import torch
     if torch.cuda.is_current_stream_capturing():
         return None
     dev = torch.cuda.current_device()
     side = _keep_streams.get(dev) or _keep_streams.setdefault(dev, torch.cuda.Stream(dev))
-    with torch.cuda.stream(side):
-        t = torch.empty(nbytes, device="cuda", dtype=torch.int8)
-        if zeroed:
-            t.zero_()
+    made: list = []
+
+    def allocate():
+        try:
+            with torch.cuda.device(dev), torch.cuda.stream(side):
+                t = torch.empty(nbytes, device=torch.device("cuda", dev), dtype=torch.int8)
+                made.append(t.zero_() if zeroed else t)
+        except BaseException as e:  # noqa: BLE001  (raised again in the caller's thread)
+            made.append(e)
+    worker = threading.Thread(target=allocate, name="tiledmm-keep")
+    worker.start()
+    worker.join()
+    if isinstance(made[0], BaseException):
+        raise made[0]
     if zeroed:
         torch.cuda.current_stream(dev).wait_stream(side)
-    return t
+    return made[0]
 
 
 def keep(nbytes: int, dev: int | None = None):

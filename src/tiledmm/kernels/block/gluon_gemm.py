@@ -172,10 +172,10 @@ def _scratch(dev: int, counters: int, workspace: int, stream: int | None = None)
 
 
 def _kept_scratch(dev: int, counters: int) -> tuple:
-    """(a 1-element fp32 stand-in, ``counters`` zeroed int32 counters) on device ``dev``, to keep: made on
-    fastlaunch's own stream (not in a CUDA graph's pool: inductor's cudagraph trees refuse a kept tensor
-    there, and the first Gluon launch of a process may come inside a compiled model's warm-up); while a
-    capture is under way, from the capturing stream as any of its allocations (the graph's pool)."""
+    """(a 1-element fp32 stand-in, ``counters`` zeroed int32 counters) on device ``dev``, to keep: made by
+    fastlaunch's keeper, on a thread and stream of its own (not in a CUDA graph's pool: inductor's
+    cudagraph trees refuse a kept tensor there, and the first Gluon launch of a process may come inside a
+    compiled model's warm-up); while a capture is under way, as any of the capture's allocations."""
     import torch
     with torch.cuda.device(dev):
         ws, cnt = side_scratch(4), side_scratch(4 * counters, zeroed=True)
