@@ -64,6 +64,11 @@ def prepare_launch(make: Callable, config: Callable, a, b, out, tile: int | None
 
 _streams: dict[tuple, Any] = {}     # (device, raw stream) -> numba's stream (numba's are per context)
 _simulator_lock = threading.Lock()
+# numba-cuda loads a kernel's module on its first launch (per signature and device) with no lock of its own: two
+# threads launching one new kernel at once both load it, and its module dictionary refuses the second ("key
+# already in dictionary: <CUlibrary ...>"). The lectures' kernels are not launched from many threads for speed:
+# one launch at a time.
+_launch_lock = threading.Lock()
 
 
 def _numba_stream(cuda):
@@ -120,7 +125,8 @@ def run_choice(choice: Choice, a, b, c) -> None:
             if not cc.is_contiguous():   # the simulator wrote into a contiguous copy of P
                 cc.copy_(__import__("torch").from_numpy(args[2]))
         else:
-            choice.kernel[grid, block, stream](*args)
+            with _launch_lock:
+                choice.kernel[grid, block, stream](*args)
 
 
 def tuned(kernel: str, a, b, out, opts, candidates: dict, parse: Callable, choice: Callable, chosen: dict):
