@@ -547,7 +547,8 @@ from .torch_private import (device_getter, gpu_sleep, internal_overlap, raw_stre
                             storage_weakref, symmetric_memory, version_counter)
 from .boot import interpret_imported_triton, numba_simulator_ready  # noqa: E402,F401
 from .numba_private import numba_array_maker, numba_disk_cache, numba_opt_in_shared, numba_pointer  # noqa: E402,F401
-from .numba_sim import numba_is_sim_array, numba_sim_array, numba_sim_hooks, numba_sim_thread  # noqa: E402,F401
+from .numba_sim import (numba_is_sim_array, numba_sim_array, numba_sim_hooks, numba_sim_thread,  # noqa: E402,F401
+                        numba_sim_yielding_poll)
 
 __all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key", "load_compiled",
            "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "BoundLaunch",
