@@ -195,6 +195,7 @@ def test_cli_trace_json():
     assert s["stores_by_block"]["(1, 1, 0)"] == [[2, 2]] and s["correct"]
 
 
+@pytest.mark.skipif(GPU, reason="traces run in emulation")
 def test_the_simulators_poll_yields_and_a_trace_first_in_a_process_still_sees_every_block():
     """tiledmm's simulator poll (the adapter's numba_sim_yielding_poll) is installed before the trace's hooks
     wrap numba's block runner, so a trace that is a fresh process's first simulated launch still counts its
