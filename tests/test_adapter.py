@@ -337,6 +337,7 @@ def test_the_simulator_hooks_see_barriers_blocks_and_shared_arrays_and_are_undon
     from numba.cuda.simulator import kernel as simkernel, kernelapi
     from tiledmm import registry
     spec = registry.get("tiled")
+    _adapter.numba_sim_yielding_poll()    # installed for the process (the hooks do it first): not theirs to undo
     before = (simkernel.BlockThread.syncthreads, simkernel.BlockManager.run, kernelapi.FakeCUDAShared.array)
     lock, barriers, blocks, made = threading.Lock(), [], [], []
 
