@@ -72,9 +72,9 @@ class BoundLaunch:
 
     def __init__(self, launch, cooperative: bool, pdl: bool, function, packed, scratch_bytes: int = 0):
         for name, value in (("launch", launch), ("cooperative", cooperative), ("pdl", pdl), ("function", function),
-                            ("packed", packed), ("scratch_bytes", scratch_bytes),
-                            ("head", (function, cooperative, pdl, None, None, packed, None, None, None))):
+                            ("packed", packed), ("scratch_bytes", scratch_bytes)):
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "head", self.head_with(None))
 
     def head_with(self, scratch) -> tuple:
         """``head`` with ``scratch`` as the kernel's global scratch buffer."""

@@ -91,7 +91,7 @@ def numba_sim_hooks(on_barrier: Callable[[], object] | None = None,
 
 # numba-cuda's BlockManager.run as of 0.30.4 (a hash of its source): the loop numba_sim_yielding_poll repeats
 _POLL_SOURCE = "54626c6819f55d51"
-_poll = {"installed": False}
+_poll = {"installed": None}     # None: not decided yet; then whether it went in (decided once a process)
 _poll_lock = threading.Lock()
 
 
@@ -101,9 +101,10 @@ def numba_sim_yielding_poll() -> bool:
     the GIL until the interpreter takes it away (every switch interval, 5 ms), so the threads it waits for
     run only between its turns. The same loop, yielding (``time.sleep(0)``) on each round in which a thread
     still runs: a launch of the lectures' tiled kernel on 70x45x65 took 6.4 s instead of 13.3 s, with the
-    same results. Returns whether it is installed (not where numba's source differs)."""
-    if _poll["installed"]:
-        return True
+    same results. Returns whether it is installed (not where numba's source differs: then numba's own
+    loop, and the source is not read again on later launches)."""
+    if _poll["installed"] is not None:
+        return _poll["installed"]
     import hashlib
     import inspect
     import time
@@ -111,13 +112,14 @@ def numba_sim_yielding_poll() -> bool:
     import numpy as np
     from numba.cuda.simulator import kernel as simkernel
     with _poll_lock:
-        if _poll["installed"]:
-            return True
+        if _poll["installed"] is not None:
+            return _poll["installed"]
         try:
             src = inspect.getsource(simkernel.BlockManager.run)
         except (OSError, TypeError):
-            return False
+            src = ""
         if hashlib.sha256(src.encode()).hexdigest()[:16] != _POLL_SOURCE:
+            _poll["installed"] = False
             return False
 
         def run(self, grid_point, *args):
