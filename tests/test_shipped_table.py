@@ -265,13 +265,43 @@ def test_a_timed_winner_compiled_in_every_process_leaves_the_entry_to_the_next_f
     assert e["fastest"] == bm.candidate_name("blocked-jit", ch["config"]) and e["fastest_ms"] == 1.0
 
 
+def test_a_choice_the_store_answered_gives_no_entry(fresh):
+    """A class timed by an earlier run (``scripts/build_tables.py`` runs one ``tiledmm tune`` per suite over one
+    store) is answered by the store in the next run: no times of its own here, so no entry, which would replace
+    the earlier run's timed one (and, where rung 11 had won, name a variant the default may not take)."""
+    a, b, c = _call(45, 21, 70)
+    assert _chosen_timed(a, b, c)["source"] == "timed" and len(bm.table_entries()) == 1
+    tuning.forget()              # a new process: the store's file stays, the times do not
+    _forget()
+    bm.forget_choices()
+    ch = _chosen_timed(a, b, c)
+    assert tuning.timings(ch["tuning_key"]) is None and bm.table_entries() == []
+
+
+def test_an_entry_the_lookup_would_drop_is_refused_and_the_table_kept(fresh):
+    """The lookup ignores a whole table holding one entry not of its form; writing such an entry raises (naming
+    it) and leaves the table as it was, instead of a file whose next merge drops every earlier entry."""
+    from tiledmm._cachefile import Damaged
+    path = fresh / "t.json"
+    good = shipped.entry("L", (10, 10, 10), "blocked", {"BLOCK_M": 64}, 1.0, "model", 2.0, rotated=True)
+    assert shipped.write(path, "gpu", 4, [good], {}) == 1
+    before = path.read_text()
+    bad = shipped.entry("L", (11, 10, 10), "simt-async", {"BLOCK_M": 64, "name": "64x128x16"}, 1.0, "m", 2.0)
+    with pytest.raises(Damaged, match="config"):
+        shipped.write(path, "gpu", 4, [bad], {})
+    assert path.read_text() == before
+    shipped._load.cache_clear()
+    assert [e["class"] for e in shipped._load(str(path))["index"]["L"]] == [[10, 10, 10]]
+
+
 def test_shipped_tables_name_runnable_choices():
     """Every table in the package: its GPU's name, and entries naming a variant that exists with a
     config the variant offers (or a config that fits the GPU's shared memory), in a known layout."""
     files = sorted(shipped.TABLES.glob("*.json"))
-    assert [f.stem for f in files] == ["nvidia-h100-80gb-hbm3"]         # the GPUs measured so far
+    assert [f.stem for f in files] == ["nvidia-h100-80gb-hbm3", "nvidia-h200"]         # the GPUs measured so far
     for f in files:
         doc = json.loads(f.read_text())
+        assert shipped._table(doc) is doc, f         # of the form the lookup reads (else it ignores the file)
         assert doc["format"] == shipped.FORMAT and shipped.slug(doc["gpu"]) == f.stem
         assert doc["entries"], f
         for e in doc["entries"]:
@@ -416,8 +446,9 @@ def test_each_hopper_gpu_gets_its_own_table_by_name(fresh):
     never the H100's, and an H100 never reads the H200's; with none of its own, the H200 runs on the model."""
     h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
     package = Path(shipped.__file__).parent / "tables"
-    assert shipped.table_for(h100, 132, folder=package) is not None     # the H100's ships
-    assert shipped.table_for(h200, 132, folder=package) is None         # an H200 without its own: the model
+    assert shipped.table_for(h100, 132, folder=package)["gpu"] == h100     # each ships its own
+    assert shipped.table_for(h200, 132, folder=package)["gpu"] == h200
+    assert shipped.table_for(h200, 132, folder=fresh) is None          # an H200 without its own: the model
     e = shipped.entry("L", (10, 10, 10), "blocked", {"BLOCK_M": 64}, 1.0, "model", 2.0, rotated=True)
     shipped.write(fresh / f"{shipped.slug(h200)}.json", h200, 132, [e], {"test": True})
     assert shipped.slug(h200) == "nvidia-h200"

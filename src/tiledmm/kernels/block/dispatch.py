@@ -470,14 +470,19 @@ def table_entries() -> list[dict]:
     """The choices timed in this process as shipped-table entries (``shipped.entry``), each with
     its timed ms and the model's pick and its ms from the same timing. An entry holds the fastest
     candidate the no-timing default may take (``_default_eligible``); where the fastest of all was
-    another (rung 11: compiled in every process), it is named in the entry's ``fastest``."""
+    another (rung 11: compiled in every process), it is named in the entry's ``fastest``. A choice the
+    tuning store answered (timed by an earlier run, not here) gives no entry: its times are not known, and an
+    entry of it would replace the earlier run's."""
     out = []
     for key, ch in choices().items():
-        if ch["source"] != "timed":
-            continue
-        times = tuning.timings(ch["tuning_key"]) or {}
+        times = tuning.timings(ch["tuning_key"])
+        if ch["source"] != "timed" or not times:
+            continue            # not timed in this process (a stored choice: timed by an earlier run)
         best = candidate_name(ch["variant"], ch["config"])
         d = ch.get("default") or {"name": best, "variant": ch["variant"], "config": ch["config"]}
+        v = V.BY_NAME.get(d["variant"])
+        if v is None or v.traits.compiles_per_process:
+            continue            # no candidate the no-timing default may take was timed
         layout, cls = shipped.split_key(key)
         e = shipped.entry(layout, cls, d["variant"], d["config"], times.get(d["name"]), ch["model"],
                           times.get(ch["model"]), rotated=True)

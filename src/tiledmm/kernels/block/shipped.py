@@ -134,7 +134,8 @@ def entry(layout: str, cls: tuple, variant: str, config: dict, timed_ms: float |
 
 def write(path: Path, gpu_name: str, sms: int, entries: list[dict], about: dict) -> int:
     """Merge ``entries`` into the table at ``path`` (an entry replaces one of the same layout and
-    class); returns the number of entries written."""
+    class); returns the number of entries written. Raises ``Damaged`` (the file left as it was) where an
+    entry is not of the form the lookup reads."""
     doc = read_json(path, "GPU table", _table, then="replaced by a new table", rewritten=False)
     if doc is not None and doc["gpu"] != gpu_name:
         doc = None          # another GPU's table: replaced
@@ -144,6 +145,9 @@ def write(path: Path, gpu_name: str, sms: int, entries: list[dict], about: dict)
     for e in entries:
         keep[(e["layout"], tuple(e["class"]))] = e
     doc["entries"] = sorted(keep.values(), key=lambda e: (e["layout"], e["class"]))
+    # the reader drops a whole table with one entry not of its form: such an entry is refused here, before
+    # it can cost the entries already written
+    _table(doc)
     write_atomic(path, json.dumps(doc, indent=0, sort_keys=True) + "\n")
     _load.cache_clear()
     return len(doc["entries"])
