@@ -17,7 +17,8 @@ The calls (``--plan`` lists their number per part without a GPU):
 
 * table: one call per entry of this GPU's shipped table (``kernels/block/tables``), synthesised to the
   entry's layout key and shape class (2^class sizes, adjusted to its alignment flags; a misaligned
-  layout with a one-element offset), so every tabled choice is compiled;
+  layout with a one-element offset), so every tabled choice is compiled; and one per entry of every other
+  table of this GPU's target (``about.target``: the H200's on an H100), its variant and config forced;
 * suites: the bench suites (square, irregular, transformer, llm) in bf16, fp16, tf32 and fp32, with B
   row-major and transposed (x @ W.T);
 * rows: the llm suite's (N, K) at every M class 1 .. 8192 (the random-M loop's classes), M a power of two
@@ -129,11 +130,13 @@ def main() -> int:
     from tiledmm.kernels.block import shipped
     from tiledmm.kernels.block.build_calls import H100, plan
     if args.plan or tiledmm.emulating():
-        table = shipped.table_for(H100, 132)
+        table, target = shipped.table_for(H100, 132), "sm_90"
     else:
         pr = properties(0)
-        table = shipped.table_for(pr.name, pr.num_sms)
-    points = plan(parts, table)
+        table, target = shipped.table_for(pr.name, pr.num_sms), f"sm_{pr.capability[0]}{pr.capability[1]}"
+    # the other GPUs' tables of this target: their choices compiled here too (one cubin serves every such GPU)
+    others = [t for t in shipped.tables() if t is not table and t["target"] == target]
+    points = plan(parts, table, others)
     if args.plan:
         for part in parts:
             print(f"{part:10s} {sum(p['part'] == part for p in points)}")

@@ -178,6 +178,35 @@ def test_the_build_plan_covers_the_table_the_suites_and_the_layers():
     assert {p["api"] for p in points} == {"matmul", "linear", "linear_bwd"} and any(p["invariant"] for p in points)
 
 
+def test_the_plan_forces_the_choices_of_other_tables_of_the_target(monkeypatch):
+    """An H100 builds the store the H200 loads too (one sm_90 cubin): the H200 table's entries are planned with
+    their variant and config forced (the H100's default would not choose them), and a worker passes them on."""
+    import contextlib
+    import types
+    import torch
+    from tiledmm.kernels.block import build_calls, shipped
+    from tiledmm.kernels.block import variants as V
+    h100 = shipped.table_for(build_calls.H100, 132)
+    h200 = shipped.table_for("NVIDIA H200", 132)
+    assert h100["target"] == h200["target"] == "sm_90"
+    assert [t["gpu"] for t in shipped.tables() if t is not h100 and t["target"] == "sm_90"] == ["NVIDIA H200"]
+    own = build_calls.plan(("table",), h100)
+    both = build_calls.plan(("table",), h100, [h200])
+    forced = [p for p in both if p.get("variant")]
+    assert not any(p.get("variant") for p in own) and both[:len(own)] == own
+    assert len(forced) == sum(len(es) for es in h200["index"].values()) == len(both) - len(own)
+    for p in forced:
+        v = V.BY_NAME[p["variant"]]
+        assert (p["config"] is None) == v.traits.own_config_by_shape
+    seen = []
+    stand_in = types.SimpleNamespace(matmul=lambda a, b, **kw: seen.append(kw),
+                                     batch_invariant=lambda on: contextlib.nullcontext())
+    p = next(p for p in forced if p["config"])
+    monkeypatch.setattr(build_calls, "operands", lambda torch, q: (None, None, None))
+    assert build_calls.run_point(torch, stand_in, p) is None
+    assert seen[0]["kernel"] == "triton" and seen[0]["variant"] == p["variant"] and seen[0]["config"] == p["config"]
+
+
 def test_the_rows_part_compiles_both_specialisations_of_m_in_every_class():
     """A token loop's M is mostly not a multiple of 16, which Triton compiles as its own specialisation: each
     M class from 16 up is built with an M divisible by 16 and one that is not (and M = 1, its own)."""

@@ -44,10 +44,14 @@ def _sized(cls: int, esize: int, aligned: bool, rows128: bool) -> int:
     return n
 
 
-def table_points(table: dict) -> list[dict]:
+def table_points(table: dict, forced: bool = False) -> list[dict]:
     """One call per table entry, synthesised to its layout key (``dispatch.plan_key`` less the class and the
     device): a.dtype, c.dtype, precision, a.dim, b.dim, a unit last, b unit last, b unit second, c unit last,
-    aligned, alpha == 1, beta == 0, rows128."""
+    aligned, alpha == 1, beta == 0, rows128. ``forced``: the table is another GPU's of the same target (the
+    H200's on an H100: one cubin serves both), whose choices this GPU's default would not make: each call
+    names its entry's variant and config (``variant=``, ``config=``; a variant that takes its own model's
+    config for the call's size, the variant alone)."""
+    from . import variants as V
     out = []
     for entries in table["index"].values():
         for e in entries:
@@ -66,15 +70,25 @@ def table_points(table: dict) -> list[dict]:
                            a="n" if a_n else "t", b="n" if b_n else ("t" if b_t else "s"), c="n" if c_n else "t",
                            offset=0, alpha=1.0 if alpha1 else 0.5, beta=0.0 if beta0 else 1.0, layout=e["layout"],
                            cls=e["class"]))
+            if forced:
+                v = V.BY_NAME.get(e["variant"])
+                if v is None:
+                    out.pop()
+                    continue
+                out[-1].update(variant=v.name, config=None if v.traits.own_config_by_shape else dict(e["config"]))
     return out
 
 
-def plan(parts, table: dict | None) -> list[dict]:
-    """Every call of ``parts`` (``PARTS``), the table part from ``table`` (``shipped.table_for``)."""
+def plan(parts, table: dict | None, others: list[dict] = ()) -> list[dict]:
+    """Every call of ``parts`` (``PARTS``), the table part from ``table`` (``shipped.table_for``: this GPU's)
+    and from ``others`` (other GPUs' tables of this GPU's target, their choices forced)."""
     from ...bench import SUITES
     pts: list[dict] = []
     if "table" in parts and table is not None:
         pts += table_points(table)
+    if "table" in parts:
+        for t in others:
+            pts += table_points(t, forced=True)
     if "suites" in parts:
         for suite in ("square", "irregular", "transformer", "llm"):
             for shape in SUITES[suite]:
@@ -157,9 +171,12 @@ def run_point(torch, tiledmm, p: dict) -> str | None:
     prec = p["precision"] if p["dtype"] == "float32" else None
     if p["api"] == "matmul":
         a, b, c = operands(torch, p)
+        forced = {"kernel": "triton", "variant": p["variant"]} if p.get("variant") else {}
+        if forced and p.get("config"):
+            forced["config"] = p["config"]
         with tiledmm.batch_invariant(p["invariant"]):
-            tiledmm.matmul(a, b, out=c, alpha=p["alpha"], beta=p["beta"], precision=prec)
-        if p.get("layout"):
+            tiledmm.matmul(a, b, out=c, alpha=p["alpha"], beta=p["beta"], precision=prec, **forced)
+        if p.get("layout") and not forced:
             got = layout_of(torch, p, a, b, c)
             if got != (p["layout"], list(p["cls"])):
                 return f"{got[0]} {got[1]}"

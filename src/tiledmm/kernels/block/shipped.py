@@ -90,7 +90,13 @@ def _load(path: str) -> dict | None:
     index: dict[str, list] = {}
     for e in doc["entries"]:
         index.setdefault(e["layout"], []).append(e)
-    return {"gpu": doc["gpu"], "sms": doc.get("sms"), "index": index}
+    about = doc.get("about") if isinstance(doc.get("about"), dict) else {}
+    return {"gpu": doc["gpu"], "sms": doc.get("sms"), "index": index, "target": about.get("target")}
+
+
+def tables(folder: Path | None = None) -> list[dict]:
+    """Every usable table in ``folder`` (the package's), by file name."""
+    return [t for f in sorted((folder or TABLES).glob("*.json")) if (t := _load(str(f))) is not None]
 
 
 def table_for(gpu_name: str, sms: int, folder: Path | None = None) -> dict | None:
