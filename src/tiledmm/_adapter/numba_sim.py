@@ -213,7 +213,8 @@ def _pooled_class(simkernel):
         numba's simulator reads from the running thread (blockIdx, threadIdx, thread_id, syncthreads, ...)."""
 
         def __init__(self):
-            threading.Thread.__init__(self, name="tiledmm-simulated-thread", daemon=True)
+            # kept for the process: not named as the "tiledmm-" threads of a call, which end with it
+            threading.Thread.__init__(self, name="numba-simulator-pool", daemon=True)
             self._go = threading.Lock()
             self._go.acquire()
             self._block = None
