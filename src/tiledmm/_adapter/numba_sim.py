@@ -241,6 +241,7 @@ def _pooled_class(simkernel):
                     blk.done.release()
                 else:
                     nxt._go.release()
+                blk = nxt = None                # an idle thread keeps no launch's arguments alive
 
         def _one(self, blk, point):
             manager = blk.manager
@@ -262,8 +263,7 @@ def _pooled_class(simkernel):
                     named = type(e)(msg)
                 except Exception:       # noqa: BLE001  (a type that takes other arguments: raised as it was)
                     named = e
-                self.exception = (named, sys.exc_info()[2])
-                blk.fail(*self.exception)
+                blk.fail(named, sys.exc_info()[2])
             except BaseException as e:  # noqa: BLE001  (a KeyboardInterrupt in a kernel: the launch raises it)
                 blk.fail(e, e.__traceback__)
 
