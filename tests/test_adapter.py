@@ -337,7 +337,7 @@ def test_the_simulator_hooks_see_barriers_blocks_and_shared_arrays_and_are_undon
     from numba.cuda.simulator import kernel as simkernel, kernelapi
     from tiledmm import registry
     spec = registry.get("tiled")
-    _adapter.numba_sim_yielding_poll()    # installed for the process (the hooks do it first): not theirs to undo
+    _adapter.numba_sim_block_runner()     # installed for the process (the hooks do it first): not theirs to undo
     before = (simkernel.BlockThread.syncthreads, simkernel.BlockManager.run, kernelapi.FakeCUDAShared.array)
     lock, barriers, blocks, made = threading.Lock(), [], [], []
 
@@ -366,6 +366,46 @@ def test_the_simulator_hooks_see_barriers_blocks_and_shared_arrays_and_are_undon
     assert len(made) == 2 and {(shape, dtype) for shape, dtype, _ in made} == {((2, 2), np.dtype(np.float32))}
     assert all("cuda.shared.array" in line for _, _, line in made) and len({line for *_, line in made}) == 2
     assert (simkernel.BlockThread.syncthreads, simkernel.BlockManager.run, kernelapi.FakeCUDAShared.array) == before
+
+
+def test_the_simulators_pooled_block_runner_keeps_numbas_semantics():
+    """numba_sim_block_runner: every simulated thread runs once, with its own indices; a block without barriers
+    runs on one pooled Python thread, reused by the next launch; a barrier holds every live thread (threads that
+    returned early do not count), syncthreads_count counts the block; a thread's exception names it, ends the
+    launch, and the pool runs the next launch as before, on no more Python threads."""
+    if GPU:
+        pytest.skip("numba's simulator runs in emulation")
+    import threading
+
+    import numpy as np
+
+    from . import sim_kernels as K
+    assert _adapter.numba_sim_block_runner()
+    K.ran.clear()
+    out = np.zeros((2, 64), np.int64)
+    K.plain[2, (16, 4)](out)
+    assert (out == np.arange(64) + 100 * np.arange(2)[:, None]).all()
+    assert sorted((b, t) for b, t, _ in K.ran) == [(b, t) for b in range(2) for t in range(64)]
+    assert [t for b, t, _ in K.ran if b == 0] == list(range(64))          # threadIdx.x fastest, as warps
+    first = {ident for *_, ident in K.ran}
+    assert len(first) == 1 and threading.get_ident() not in first
+    K.ran.clear()
+    K.plain[1, 8](out)
+    assert {ident for *_, ident in K.ran} == first
+
+    out, counts = np.zeros(32, np.int64), np.zeros(32, np.int64)
+    K.barriers[1, 32](out, counts)
+    want = (np.arange(32) + 1) % 32
+    want[:30] += 2 * (29 - np.arange(30))
+    assert (out == want).all() and (counts == 11).all()
+    pooled = threading.active_count()
+
+    with pytest.raises(IndexError, match=r"tid=\[5, 0, 0\] ctaid=\[0, 0, 0\]"):
+        K.fails[1, 16](np.zeros(16, np.float32))
+    out, counts = np.zeros(32, np.int64), np.zeros(32, np.int64)
+    K.barriers[1, 32](out, counts)
+    assert (out == want).all() and (counts == 11).all()
+    assert threading.active_count() <= pooled
 
 
 @pytest.mark.gpu

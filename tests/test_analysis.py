@@ -196,10 +196,10 @@ def test_cli_trace_json():
 
 
 @pytest.mark.skipif(GPU, reason="traces run in emulation")
-def test_the_simulators_poll_yields_and_a_trace_first_in_a_process_still_sees_every_block():
-    """tiledmm's simulator poll (the adapter's numba_sim_yielding_poll) is installed before the trace's hooks
+def test_the_simulators_block_runner_is_in_and_a_trace_first_in_a_process_still_sees_every_block():
+    """tiledmm's simulator block runner (the adapter's numba_sim_block_runner) is installed before the trace's hooks
     wrap numba's block runner, so a trace that is a fresh process's first simulated launch still counts its
-    blocks, and the poll stays installed after."""
+    blocks, and the runner stays installed after."""
     import subprocess
     import sys
     code = ("from tiledmm import _adapter\n"
@@ -208,7 +208,7 @@ def test_the_simulators_poll_yields_and_a_trace_first_in_a_process_still_sees_ev
             "seen = []\n"
             "t = trace.trace('tiled', (20, 8, 20), 8, progress=lambda done, total: seen.append((done, total)))\n"
             "assert t.result_ok and seen[-1] == (9, 9), seen\n"
-            "assert _adapter.numba_sim._poll['installed']\n"
-            "assert 'numba_sim_yielding_poll' in K.BlockManager.run.__qualname__, K.BlockManager.run\n")
+            "assert _adapter.numba_sim._runner['installed']\n"
+            "assert 'numba_sim_block_runner' in K.BlockManager.run.__qualname__, K.BlockManager.run\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -263,6 +263,9 @@ def test_emulation_gives_a_tiny_output_the_smallest_lecture_tile_that_holds_it(m
     monkeypatch.setitem(registry._REGISTRY, "tiled", dataclasses.replace(spec, launch=launch))
     assert [spec.emulation_tile(m, n) for m, n in ((1, 1), (2, 1), (3, 5), (8, 8), (9, 2), (40, 40))] == \
         [2, 2, 8, 8, 16, 16]
+    # the naive kernel's block (one thread per result) holds TILE x TILE results though its traffic tile is 1 x 1
+    naive = registry.get("naive")
+    assert [naive.emulation_tile(m, n) for m, n in ((1, 1), (3, 2), (1, 7), (9, 2), (40, 40))] == [2, 4, 8, 16, 16]
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(3, 7, dtype=torch.float64, generator=g), torch.randn(7, 5, dtype=torch.float64, generator=g)
     small = tiledmm.matmul(a, b)

@@ -82,16 +82,22 @@ class KernelSpec:
     def emulation_tile(self, m: int, n: int) -> int | None:
         """The tile for an M x N output in the simulator when none was asked for: the smallest of ``tiles``
         whose block holds the whole output where that is below the default, else the default. The simulator
-        runs a Python thread per CUDA thread, and a 3 x 5 output in a 16 x 16 block ran 256 of them for 15
-        results; each thread still adds along K in order, so the sums are the same."""
-        if not self.tiles or self.block_tile is None or self.default_tile is None:
+        runs every CUDA thread's code in Python, and a 3 x 5 output in a 16 x 16 block ran 256 of them for 15
+        results; each thread still adds along K in order, so the sums are the same. Where the kernel has a
+        launch configuration, "holds" is its grid of one block (``block_tile`` is the traffic model's tile:
+        the naive kernel's is 1 x 1, yet its TILE x TILE block computes TILE x TILE results)."""
+        if not self.tiles or self.default_tile is None or (self.block_tile is None and self.launch_config is None):
             return self.default_tile
         for t in sorted(self.tiles):
             if t >= self.default_tile:
                 break
-            bm, bn = self.block_tile(t)
-            if bm >= m and bn >= n:
-                return t
+            if self.launch_config is not None:
+                if math.prod(self.launch_config(t, m, 1, n)[0]) == 1:
+                    return t
+            else:
+                bm, bn = self.block_tile(t)
+                if bm >= m and bn >= n:
+                    return t
         return self.default_tile
 
 

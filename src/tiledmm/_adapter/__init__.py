@@ -46,6 +46,10 @@ classes, a dispatcher's ``_cache``
 ``numba.core.config.reload_config``,   numba-cuda 0.30.4          none: emulation's SIMT kernels
 ``.ENABLE_CUDASIM`` (numba.cuda's mode                             refused with the fix named
 after an earlier ``import numba``)
+the simulator's ``BlockManager.run``    numba-cuda 0.30.4         numba's runner (a new Python thread
+replaced: pooled ``BlockThread``s, one                            per CUDA thread per block, polled)
+simulated thread at a time
+(``numba_sim_block_runner``)
 ``JITFunction``,                        Triton 3.9.0 (CPU)        none: a Triton imported before
 ``InterpretedFunction(fn)`` and                                    tiledmm could not run the block
 ``knobs.runtime.interpret`` (emulation                             kernels in emulation
@@ -548,7 +552,7 @@ from .torch_private import (device_getter, gpu_sleep, internal_overlap, raw_stre
 from .boot import interpret_imported_triton, numba_simulator_ready  # noqa: E402,F401
 from .numba_private import numba_array_maker, numba_disk_cache, numba_opt_in_shared, numba_pointer  # noqa: E402,F401
 from .numba_sim import (numba_is_sim_array, numba_sim_array, numba_sim_hooks, numba_sim_thread,  # noqa: E402,F401
-                        numba_sim_yielding_poll)
+                        numba_sim_block_runner)
 
 __all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key", "load_compiled",
            "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "BoundLaunch",

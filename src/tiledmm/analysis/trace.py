@@ -16,6 +16,7 @@ import threading
 from collections import Counter, defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -43,20 +44,29 @@ class Recorder:
     def __init__(self):
         self.events: list[Event] = []
         self.lock = threading.Lock()
-        self.local = threading.local()   # per simulated thread: barriers passed, the last global load
+        # per simulated thread (blockIdx, threadIdx): barriers passed, the last global load. Keyed by the
+        # simulated thread, not a threading.local: one Python thread may run many simulated ones in turn
+        self.state: dict[tuple, SimpleNamespace] = {}
+
+    def _mine(self, block, thread) -> SimpleNamespace:
+        t = self.state.get((block, thread))
+        if t is None:
+            t = self.state[(block, thread)] = SimpleNamespace(barriers=0, loaded=None)
+        return t
 
     def barrier(self):
-        self.local.barriers = getattr(self.local, "barriers", 0) + 1
+        block, thread, _ = _adapter.numba_sim_thread()
+        self._mine(block, thread).barriers += 1
 
     def log(self, op, arr, idx, value=None):
         block, thread, tid = _adapter.numba_sim_thread()
-        t = self.local
+        t = self._mine(block, thread)
         idx = idx if isinstance(idx, tuple) else (idx,)
         idx = tuple(int(i) for i in idx)
         addr = int(sum(i * s for i, s in zip(idx, arr._a.strides)))
-        loaded = getattr(t, "loaded", None)
+        loaded = t.loaded
         shared_st = op == "st" and arr._space == "shared"
-        ev = Event(op, arr._name, arr._space, block, thread, tid, getattr(t, "barriers", 0), idx, addr,
+        ev = Event(op, arr._name, arr._space, block, thread, tid, t.barriers, idx, addr,
                    bool(shared_st and not loaded and value == 0), loaded if shared_st else None)
         if op == "ld" and arr._space == "global":
             t.loaded = (arr._name, idx)
@@ -168,7 +178,8 @@ class Trace:
         """Per block and step, in the lectures' terms: Phase 0..n-1 (the K-phases, counted by barriers)
         and then "the store" (P written after the last phase). Per step: the elements of M and N loaded,
         what each shared cell received ("M0,2", or "0" for a zero-fill), the zero-filled cells, and the
-        P elements stored with the storing thread (threadIdx x, y, z). ``block`` is (blockIdx.x, y, z)."""
+        P elements stored with the storing thread (threadIdx x, y, z). ``block`` is (blockIdx.x, y, z). The
+        shared arrays come by name, so the rows do not depend on the order the simulator ran the threads in."""
         out = defaultdict(lambda: {"M": set(), "N": set(), "zero": defaultdict(set), "P": {},
                                    "shared": defaultdict(dict)})
         per = max(self.barriers_per_phase, 1)
@@ -188,8 +199,8 @@ class Trace:
             store_only = bool(d["P"]) and not (d["M"] or d["N"] or d["shared"])
             rows.append({"block": block, "phase": ph, "step": "the store" if store_only else f"Phase {ph}",
                          "M": sorted(d["M"]), "N": sorted(d["N"]),
-                         "zero_filled": {k: sorted(v) for k, v in d["zero"].items()},
-                         "shared": {k: dict(sorted(v.items())) for k, v in d["shared"].items()},
+                         "zero_filled": {k: sorted(v) for k, v in sorted(d["zero"].items())},
+                         "shared": {k: dict(sorted(v.items())) for k, v in sorted(d["shared"].items())},
                          "stored": sorted(d["P"]), "storing_threads": [d["P"][i] for i in sorted(d["P"])]})
         return rows
 

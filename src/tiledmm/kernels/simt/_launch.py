@@ -120,7 +120,7 @@ def run_choice(choice: Choice, a, b, c) -> None:
         grid, block = choice.config(choice.tile, r1 - r0, K, c1 - c0)
         args = (_view(cuda, aa), _view(cuda, bb), _view(cuda, cc))
         if stream is None:
-            _adapter.numba_sim_yielding_poll()
+            _adapter.numba_sim_block_runner()
             with _simulator_lock, _ieee_quietly():   # the simulator swaps module globals per launch: one at a time
                 choice.kernel[grid, block](*args)
             if not cc.is_contiguous():   # the simulator wrote into a contiguous copy of P
