@@ -3,6 +3,7 @@
 default's picks over tiledmm.bench.SUITES, on any machine (a CPU one too).
 
     PYTHONPATH=src python3 scripts/variant_picks.py [--suites square,irregular,transformer,llm] [--ampere] [--each FILE]
+    PYTHONPATH=src python3 scripts/variant_picks.py --against-table "NVIDIA H200"   (the model alone vs a table)
 
 The picks are the dispatcher's own (``dispatch.candidates`` and ``dispatch._untimed``: the rules, the
 shipped table, the model) for the bench's operands (row-major, "nn") of every suite shape, in bf16,
@@ -99,14 +100,72 @@ def table_counts() -> dict:
             "fastest": collections.Counter(e["fastest"].partition(":")[0] for e in entries if e.get("fastest"))}
 
 
+def against_table(gpu: str, suites: list[str]) -> list[str]:
+    """The model alone against ``gpu``'s shipped table, per dtype over the suites' shapes whose class the table
+    timed: where the model's pick is the table's, ratio 1; where it is the pick the entry recorded as the model's,
+    the entry's timed ms / model ms (one timing, on that GPU); else unknown (a change of the model moved it to a
+    candidate the build did not time). The geomean is what the model alone would lose against the table (issue
+    target: within 3 %). The model sees every Hopper as ``heuristics.H100`` (the same SMs and shared memory)."""
+    import math
+    from tiledmm.bench import SUITES
+    from tiledmm.kernels.block import dispatch, shipped
+    import tiledmm.analysis.device as analysis_device
+    analysis_device.properties = lambda index=0: types.SimpleNamespace(
+        name=gpu, num_sms=132, l2_bytes=50 * 2 ** 20, capability=(9, 0))
+    table = shipped.table_for(gpu, 132)
+    if table is None:
+        return [f"no shipped table for {gpu!r}"]
+    shapes = list(dict.fromkeys(s for suite in suites for s in SUITES[suite]))
+    lines = []
+    for label, (dtype, precision) in DTYPES.items():
+        ratios, unknown, same, low = [], 0, 0, []
+        for shape in shapes:
+            a, b, c = _operands(shape, dtype)
+            key = dispatch.plan_key(a, b, c, precision, 1.0, 0.0)
+            layout, cls = shipped.split_key(key)
+            e = next((e for e in table["index"].get(layout, []) if tuple(e["class"]) == tuple(cls)), None)
+            if e is None or not e["timed_ms"] or not e["model_ms"]:
+                continue
+            options = {cd.name: cd for cd in dispatch.candidates(a, b, c, precision, 1.0, 0.0, key)}
+            p = dispatch._problem(a, b, c, precision)
+            got = {}
+            for table_on in ("off", "on"):
+                os.environ["TILEDMM_TABLE"] = table_on
+                owned, from_table, model = dispatch._untimed(key, a, b, c, precision, 1.0, 0.0, p, dict(options))
+                got[table_on] = owned or from_table or model
+            if got["off"] == got["on"]:
+                ratios.append(1.0)
+                same += 1
+            elif got["off"] == e["model"]:
+                ratios.append(e["timed_ms"] / e["model_ms"])
+                if ratios[-1] < 0.90:
+                    low.append(f"{'x'.join(map(str, shape))} {ratios[-1]:.2f} ({got['off'].partition(':')[0]} "
+                               f"for {got['on'].partition(':')[0]})")
+            else:
+                unknown += 1
+        os.environ.pop("TILEDMM_TABLE", None)
+        if ratios:
+            g = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            lines.append(f"{label}: {len(ratios)} shapes, the model's pick the table's on {same}, model / table "
+                         f"geomean {g:.3f}; unknown {unknown}; below 0.90: {len(low)}" +
+                         (f" ({'; '.join(low[:3])}{' ...' if len(low) > 3 else ''})" if low else ""))
+    return lines
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--suites", default="square,irregular,transformer,llm")
     ap.add_argument("--ampere", action="store_true", help="the picks on a stand-in A100 (capability 8.0)")
     ap.add_argument("--each", metavar="FILE", help="write every default choice (variant:config by dtype and shape) "
                     "as JSON: diff two commits' files to see whether a change moved any pick")
+    ap.add_argument("--against-table", metavar="GPU", help="instead: the model alone against GPU's shipped table "
+                    "(e.g. 'NVIDIA H200'), per dtype")
     args = ap.parse_args(argv)
     global AMPERE
+    if args.against_table:
+        _stand_in_h100()
+        print("\n".join(against_table(args.against_table, args.suites.split(","))))
+        return 0
     if args.ampere:
         from tiledmm.kernels.block import heuristics as H
         AMPERE = H.Device(108, (8, 0), 166912 - 1024, 2.0e6)
