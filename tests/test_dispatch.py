@@ -100,6 +100,21 @@ def test_the_registered_spec_launches_before_and_after_its_family_loads():
     assert registry.get("triton").preload is None and blk.load() is registry.get("triton")
 
 
+def test_concurrent_loads_leave_one_amended_spec_registered():
+    # the preload thread and the launch both load the family: one amends, both get the spec registered
+    out = _python("import threading, tiledmm",
+                  "from tiledmm import registry",
+                  "import tiledmm.kernels.block as blk",
+                  "gate, got = threading.Barrier(4), []",
+                  "def go():",
+                  "    gate.wait(); got.append(blk.load())",
+                  "ts = [threading.Thread(target=go) for _ in range(4)]",
+                  "[t.start() for t in ts]; [t.join() for t in ts]",
+                  "spec = registry.get('triton')",
+                  "print(len(got), all(s is spec for s in got), blk.load() is spec, spec.preload is None)")
+    assert out[-1] == "4 True True True"
+
+
 def test_tuning_chooses_the_fastest_and_a_new_process_reads_it(tmp_path, monkeypatch):
     monkeypatch.setenv("TILEDMM_CACHE_DIR", str(tmp_path))
     tuning.forget()

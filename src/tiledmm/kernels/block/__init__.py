@@ -12,6 +12,8 @@ without numpy's warnings (NaN and Inf inputs are legal: they propagate).
 """
 from __future__ import annotations
 
+import threading
+
 from ... import registry
 from ..._arrays import TiledmmError
 from ...registry import KernelSpec, register
@@ -32,11 +34,16 @@ def check_precision(dtype: str, precision: str | None) -> str:
 
 
 _loaded: list[KernelSpec] = []      # the spec with the dispatcher's hooks, once loaded
+# Two callers can both find _loaded empty (the preload thread and the launch it races): both import (the
+# second waits in the import for the first), but only one may amend, or the registry ends up holding the
+# second caller's spec while load() returns the first's. Held only around the amend, never over an import,
+# so no import in another thread can wait on it while it waits on that import.
+_amend_lock = threading.Lock()
 
 
 def load() -> KernelSpec:
     """Import the dispatcher, the short path and Triton, and put their hooks on the spec (once;
-    from any thread: a second caller waits in the import for the first). Returns that spec."""
+    from any thread: a second caller waits for the first and gets the same spec). Returns that spec."""
     if _loaded:
         return _loaded[0]
     from ..._backend import emulating
@@ -45,9 +52,10 @@ def load() -> KernelSpec:
     launch = dispatch.launch_spec
     if emulation:
         launch = _distinct_operands(launch)
-    spec = registry.amend("triton", launch=launch, fast_plan=shortpath.fast_plan, preload=None)
-    _loaded.append(spec)
-    return spec
+    with _amend_lock:
+        if not _loaded:
+            _loaded.append(registry.amend("triton", launch=launch, fast_plan=shortpath.fast_plan, preload=None))
+    return _loaded[0]
 
 
 def _launch(a, b, c, **kw) -> None:
