@@ -135,7 +135,7 @@ def main() -> int:
         pr = properties(0)
         table, target = shipped.table_for(pr.name, pr.num_sms), f"sm_{pr.capability[0]}{pr.capability[1]}"
     # the other GPUs' tables of this target: their choices compiled here too (one cubin serves every such GPU)
-    others = [t for t in shipped.tables() if t is not table and t["target"] == target]
+    others = [t for t in shipped.tables() if t["gpu"] != (table or {}).get("gpu") and t["target"] == target]
     points = plan(parts, table, others)
     if args.plan:
         for part in parts:

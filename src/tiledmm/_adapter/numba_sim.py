@@ -3,6 +3,7 @@ simulated threads and the hooks the memory-access traces (tiledmm.analysis.trace
 against numba-cuda 0.30.4; nothing here imports numba until called."""
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import traceback
@@ -155,8 +156,6 @@ def _pooled_class(simkernel):
 
     import numpy as np
     from numba.cuda.simulator.kernelapi import Dim3
-
-    import os
 
     idle: list = []               # pooled threads with no simulated thread
     launch_lock = [threading.Lock()]   # one block at a time (numba's simulator runs one launch at a time)

@@ -299,8 +299,7 @@ def _write_table(path: str) -> None:
     from .. import tuning
     from ..kernels.block import dispatch as BM, shipped
     entries = BM.table_entries()
-    stored = sum(1 for ch in BM.choices().values()
-                 if ch["source"] == "store" or (ch["source"] == "timed" and not tuning.timings(ch["tuning_key"])))
+    stored = sum(1 for ch in BM.choices().values() if ch["source"] in ("store", "timed") and not BM.timed_here(ch))
     p = torch.cuda.get_device_properties(torch.cuda.current_device())
     import triton
     about = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,

@@ -56,8 +56,12 @@ def table_points(table: dict, forced: bool = False) -> list[dict]:
     for entries in table["index"].values():
         for e in entries:
             f = e["layout"].split("|")
-            if len(f) != 13 or e["variant"].startswith("simt"):
+            v = V.BY_NAME.get(e["variant"])
+            if len(f) != 13 or e["variant"].startswith("simt") or (forced and v is None):
                 continue
+            named = {}
+            if forced:
+                named = {"variant": v.name, "config": None if v.traits.own_config_by_shape else dict(e["config"])}
             dtype, odt, prec = f[0].replace("torch.", ""), f[1].replace("torch.", ""), f[2]
             adim, bdim = int(f[3]), int(f[4])
             a_n, b_n, b_t, c_n, aligned, alpha1, beta0, rows128 = (x == "True" for x in f[5:9] + f[9:13])
@@ -69,13 +73,7 @@ def table_points(table: dict, forced: bool = False) -> list[dict]:
             out.append(_pt("table", dtype, prec, M, N, K, out=odt, batch=8 if adim == 3 else 0,
                            a="n" if a_n else "t", b="n" if b_n else ("t" if b_t else "s"), c="n" if c_n else "t",
                            offset=0, alpha=1.0 if alpha1 else 0.5, beta=0.0 if beta0 else 1.0, layout=e["layout"],
-                           cls=e["class"]))
-            if forced:
-                v = V.BY_NAME.get(e["variant"])
-                if v is None:
-                    out.pop()
-                    continue
-                out[-1].update(variant=v.name, config=None if v.traits.own_config_by_shape else dict(e["config"]))
+                           cls=e["class"], **named))
     return out
 
 

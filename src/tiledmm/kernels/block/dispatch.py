@@ -466,6 +466,12 @@ def choices() -> dict:
         return dict(_choices)
 
 
+def timed_here(ch: dict) -> dict | None:
+    """A choice's {candidate: ms} where it was timed in this process; None where the store answered it (with
+    timing on, the store is asked first and its answer is labelled "timed": a class timed by an earlier run)."""
+    return tuning.timings(ch["tuning_key"]) if ch["source"] == "timed" else None
+
+
 def table_entries() -> list[dict]:
     """The choices timed in this process as shipped-table entries (``shipped.entry``), each with
     its timed ms and the model's pick and its ms from the same timing. An entry holds the fastest
@@ -475,8 +481,8 @@ def table_entries() -> list[dict]:
     entry of it would replace the earlier run's."""
     out = []
     for key, ch in choices().items():
-        times = tuning.timings(ch["tuning_key"])
-        if ch["source"] != "timed" or not times:
+        times = timed_here(ch)
+        if not times:
             continue            # not timed in this process (a stored choice: timed by an earlier run)
         best = candidate_name(ch["variant"], ch["config"])
         d = ch.get("default") or {"name": best, "variant": ch["variant"], "config": ch["config"]}
@@ -512,4 +518,4 @@ def launch_spec(a, b, c, *, tile, opts, alpha=1.0, beta=0.0) -> None:
 
 
 __all__ = ["launch_spec", "launch", "check_precision", "plans", "tuned_configs", "candidates", "choices", "table_entries",
-           "VARIANTS"]
+           "timed_here", "VARIANTS"]
