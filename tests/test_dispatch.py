@@ -311,10 +311,20 @@ def _model_config(v, precision: str, M: int, N: int, K: int, esize: int) -> dict
                          dev)
 
 
+@pytest.fixture
+def own_plans(monkeypatch):
+    """The short path's plans and the kept-buffer budget of this test alone: a class an earlier test of
+    the same worker bound (classes are M, N, K buckets) or buffers it kept must not decide what binds."""
+    from tiledmm import api
+    from tiledmm.kernels.block import fastlaunch
+    monkeypatch.setattr(api, "_fast_plans", {})
+    monkeypatch.setattr(fastlaunch, "_kept_bytes", 0)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["blocked", "tma"])
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
-def test_short_path_binds_launches_and_stays_right_as_pointers_change(dtype, tol, variant, monkeypatch):
+def test_short_path_binds_launches_and_stays_right_as_pointers_change(dtype, tol, variant, monkeypatch, own_plans):
     from tiledmm import api
     from tiledmm.kernels.block import dispatch as bm, variants as V
     v = V.BY_NAME[variant]
@@ -441,7 +451,8 @@ def test_changing_the_tuning_mode_drops_choices_made_under_the_old_one():
 @pytest.mark.parametrize("variant,dtype,precision,tol", [
     ("splitk", torch.bfloat16, None, 2e-2), ("splitk", torch.float32, "tf32", 3e-3),
     ("blocked-kmajor", torch.float32, "tf32", 3e-3), ("tma-kmajor", torch.float32, "tf32", 3e-3)])
-def test_short_path_binds_launch_sequences_with_their_workspace(variant, dtype, precision, tol, monkeypatch):
+def test_short_path_binds_launch_sequences_with_their_workspace(variant, dtype, precision, tol, monkeypatch,
+                                                                own_plans):
     """Split-K (two launches and a partial-sum workspace) and tf32's K-major copy + GEMM are bound
     too: repeat calls with new tensors stay right; a call on another stream runs the variant itself."""
     from tiledmm import api
