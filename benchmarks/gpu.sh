@@ -78,7 +78,7 @@ fi
 if want torch-op; then
   stamp "the PyTorch operator (benchmarks/torch_op.py)"
   timeout "${TORCHOP_S:-400}" python3 benchmarks/torch_op.py --only "${TORCHOP_ONLY:-all}" --out "$OUT" 2>&1 \
-    | tee "$OUT/torch_op.txt" | tail -12
+    | tee "$OUT/torch_op.txt" | tail -16
 fi
 if want outofcore; then
   stamp "out of core: quick sizes, then the first call against a repeat (benchmarks/outofcore.py)"
