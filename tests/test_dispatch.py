@@ -403,6 +403,64 @@ def test_short_path_for_cupy_and_numba_is_right_and_on_the_callers_stream(varian
         assert _rel(torch.from_dlpack(y), (2 * i) * ref) < 1e-5, i
 
 
+def _stream_stand_ins(monkeypatch) -> tuple:
+    """torch.cuda's stream constructors as stand-ins (the CPU): (the default stream, the handles
+    ExternalStream was given); ExternalStream(h) is ("external", h)."""
+    default, made = object(), []
+
+    def external(handle, device=None):
+        made.append(handle)
+        return "external", handle
+    monkeypatch.setattr(torch.cuda, "ExternalStream", external)
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: default)
+    return default, made
+
+
+def test_cupy_first_call_binds_on_torchs_default_stream_not_external_stream_zero(monkeypatch):
+    """CuPy's null stream (handle 0) is torch's default stream. torch.cuda.ExternalStream(0) is not: a
+    stream from torch's pool, non-blocking, so a first call's launch there (the bind) was ordered neither
+    after the inputs' writes nor before the caller's read on the default stream (read unwritten under load)."""
+    from contextlib import contextmanager, nullcontext
+
+    from tiledmm.kernels.block import dispatch as bm, fastlaunch, shortpath
+    default, made = _stream_stand_ins(monkeypatch)
+    entered = []
+
+    @contextmanager
+    def stream(s):
+        entered.append(s)
+        yield
+    monkeypatch.setattr(torch.cuda, "stream", stream)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: nullcontext())
+    monkeypatch.setattr(shortpath, "to_torch", lambda x, kind: x)
+    monkeypatch.setattr(bm, "resolved", lambda *args: "fn")
+    monkeypatch.setattr(fastlaunch, "replay", lambda fn, a, b, c, **kw: (fn, entered[-1]))
+    plan = object.__new__(shortpath.PointerPlan)          # (a CuPy plan without CuPy)
+    plan.kind, plan.precision, plan.ptr = "cupy", "ieee", lambda x: x.data_ptr()
+    a, b, c = torch.ones(2, 3), torch.ones(3, 4), torch.empty(2, 4)
+    for handle, want in ((0, default), (0x5a00, ("external", 0x5a00))):
+        plan.stream = lambda h=handle: h
+        assert plan._bind(0, a, b, c, 1.0, 0.0) == (True, ("fn", want)), hex(handle)
+    assert made == [0x5a00]
+
+
+def test_a_default_stream_handle_is_torchs_default_stream(monkeypatch):
+    """stream=0 (or numba's default stream, or cudaStreamLegacy's 1) with another torch stream current: the
+    call runs on torch's default stream, not on ExternalStream(0) (a pool stream) or ExternalStream(1) (refused)."""
+    from types import SimpleNamespace as NS
+
+    from tiledmm import api
+    default, made = _stream_stand_ins(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: NS(cuda_stream=0x7700))
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: ("in", s))
+    monkeypatch.setattr(api, "_stream_cache", {})
+    dev = torch.device("cuda", 0)
+    for stream in (0, 1, NS(handle=NS(value=None)), NS(ptr=0)):
+        assert api._stream_context("torch", stream, dev) == ("in", default), stream
+    assert api._stream_context("torch", 0x5a00, dev) == ("in", ("external", 0x5a00))
+    assert made == [0x5a00]
+
+
 @pytest.mark.gpu
 def test_numba_short_path_outputs_come_from_torchs_allocator_and_own_it(monkeypatch):
     """The short path's numba outputs are torch tensors' memory (no cuMemAlloc/cuMemFree a call),

@@ -548,7 +548,7 @@ from .launch import BoundLaunch, arg_key, bind_compiled, int_key, run_compiled  
 from .gluon_launch import TensorDescLaunch, ensure_context, tensordesc_launch  # noqa: E402,F401
 from .store_build import export_compiled  # noqa: E402,F401
 from .torch_private import (device_getter, gpu_sleep, internal_overlap, raw_stream, raw_stream_getter,  # noqa: E402,F401
-                            storage_weakref, symmetric_memory, version_counter)
+                            storage_weakref, symmetric_memory, torch_stream, version_counter)
 from .boot import interpret_imported_triton, numba_simulator_ready  # noqa: E402,F401
 from .numba_private import numba_array_maker, numba_disk_cache, numba_opt_in_shared, numba_pointer  # noqa: E402,F401
 from .numba_sim import (numba_is_sim_array, numba_sim_array, numba_sim_hooks, numba_sim_thread,  # noqa: E402,F401
@@ -558,6 +558,6 @@ __all__ = ["TRITON_CHECKED", "triton_direct", "triton_cache_ready", "index_key",
            "remember_compiled", "triton_fingerprint", "decided", "why_not_direct", "run_compiled", "BoundLaunch",
            "bind_compiled", "int_key", "arg_key",
            "TensorDescLaunch", "tensordesc_launch", "ensure_context", "raw_stream", "raw_stream_getter",
-           "device_getter", "internal_overlap", "gpu_sleep", "version_counter", "storage_weakref",
+           "torch_stream", "device_getter", "internal_overlap", "gpu_sleep", "version_counter", "storage_weakref",
            "numba_array_maker", "numba_disk_cache", "IndexKey", "export_compiled", "prebuilt_dir", "read_prebuilt",
            "interpret_imported_triton", "numba_simulator_ready"]

@@ -17,6 +17,20 @@ def raw_stream(index: int) -> int:
     return raw_stream_getter()(index)
 
 
+def torch_stream(handle: int, device):
+    """torch's Stream over the raw CUDA stream ``handle`` on ``device`` (public interfaces, one quirk):
+    handles 0 (the default stream) and 1 (``cudaStreamLegacy``) are ``torch.cuda.default_stream(device)``.
+    ``torch.cuda.ExternalStream(0)`` is not the default stream: torch's Stream constructor reads a zero
+    ``stream_ptr`` as "none given" and hands out a stream from its pool (torch/csrc/cuda/Stream.cpp,
+    torch 2.11 / 2.13) -- a non-blocking stream, so work launched there is ordered neither after the
+    default stream's work nor before it (a CuPy array's first call read unwritten under load);
+    ``ExternalStream(1)`` fails torch's stream-id check."""
+    import torch
+    if handle in (0, 1):
+        return torch.cuda.default_stream(device)
+    return torch.cuda.ExternalStream(handle, device=device)
+
+
 def device_getter():
     """``f() -> int``: torch's current CUDA device index (private ``_cuda_getDevice``: no Python
     wrapper; public fallback ``torch.cuda.current_device``)."""

@@ -221,7 +221,8 @@ class PointerPlan:
         A, B, C = to_torch(a, self.kind), to_torch(b, self.kind), to_torch(c, self.kind)
         if C.data_ptr() != self.ptr(c) or A.data_ptr() != self.ptr(a) or B.data_ptr() != self.ptr(b):
             return False, None          # copied by the conversion (a layout torch cannot view)
-        stream = torch.cuda.ExternalStream(self.stream(), device=device) if self.kind == "cupy" else \
+        # CuPy's current stream (its null stream: torch's default stream, never ExternalStream(0), a pool stream)
+        stream = _adapter.torch_stream(self.stream(), device) if self.kind == "cupy" else \
             torch.cuda.default_stream(device)
         with torch.cuda.device(device), torch.cuda.stream(stream):
             fn = dispatcher.resolved(A, B, C, self.precision, alpha, beta)
