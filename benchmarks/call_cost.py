@@ -7,9 +7,9 @@ times come from ``tiledmm.timing``.
     PYTHONPATH=src python3 benchmarks/call_cost.py --parts ops --stub      # GPU or CPU: the layers' own cost
 
 Parts:
-  steady   torch tensors n x n x n (64, 256, 1024), float32 (TF32 off on both sides) and bfloat16, the
+  steady   torch tensors n x n x n (64, 256, 1024, 2048), float32 (TF32 off on both sides) and bfloat16, the
            steady state (a repeat call takes the short path): host wall time per call of 200 queued calls
-           (``wall_us_per_call``), tiledmm, torch and the difference (target: within torch + 5 us); GPU time
+           (``wall_us_per_call``), tiledmm, torch and the difference (target: within torch + 2 us); GPU time
            per call over 4 rotated input sets (``time_calls``); the GPU's and the host's share apart
            (``device_and_host``: a call whose host time exceeds its GPU time is launch-bound)
   kinds    CuPy and numba device arrays, 256^3 float32, against torch tensors of the same product (skipped,
@@ -76,7 +76,7 @@ def part_steady(torch, tiledmm, dev: str, emulated: bool, calls: int) -> list[di
     rows = []
     n_wall = 4 if emulated else calls
     for dtype in ("float32", "bfloat16"):
-        for n in ((8, 16) if emulated else (64, 256, 1024)):
+        for n in ((8, 16) if emulated else (64, 256, 1024, 2048)):
             sets = [(torch.randn(n, n, device=dev, dtype=_dt(torch, dtype)),
                      torch.randn(n, n, device=dev, dtype=_dt(torch, dtype))) for _ in range(4)]
             a, b = sets[0]
