@@ -223,6 +223,23 @@ def test_the_rows_part_compiles_both_specialisations_of_m_in_every_class():
                 assert keys == {0, 2}, (n, k, c, keys)
 
 
+def test_the_classes_part_builds_every_class_with_m_n_k_on_and_off_16():
+    """Triton specialises M, N and K (and so the rows' strides) on divisibility by 16: an odd-sized product's first
+    call compiled where the store had its class only at multiples of 16. Each class, dtype and B layout of the part
+    comes in all eight combinations, each combination in the class of its multiple-of-16 point."""
+    from tiledmm._adapter.launch import int_key
+    from tiledmm.kernels.block import build_calls
+    from tiledmm.registry import shape_class
+    pts = [p for p in build_calls.plan(("classes",), None) if p["part"] == "classes"]
+    seen = {}
+    for p in pts:
+        base = tuple(16 * round(x / 16) for x in (p["M"], p["N"], p["K"]))   # the nearest multiple of 16
+        assert shape_class(*base) == shape_class(p["M"], p["N"], p["K"]), p
+        seen.setdefault((base, p["dtype"], p["precision"], p["b"]), set()).add(
+            tuple(int_key(x) for x in (p["M"], p["N"], p["K"])))
+    assert seen and all(len(combos) == 8 for combos in seen.values())
+
+
 def test_the_table_calls_have_their_entries_layout_and_class():
     """Every shipped-table entry's synthesised call (scripts/build_kernels.py runs them) has the entry's layout
     key and shape class as the dispatcher computes them (operands made on the CPU, empty: nothing is run)."""
