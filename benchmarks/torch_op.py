@@ -14,7 +14,7 @@
 
 Every time is tiledmm.timing.time_calls (CUDA events around queued calls, median of batches; through
 benchmarks/_common.py). The linear and gpt2 comparisons run in --rounds alternating rounds (torch, tiledmm,
-torch, tiledmm, ...): a training step's time drifts with the host (clocks, other load), so one measurement
+then tiledmm, torch, ...): a training step's time drifts with the host (clocks, other load), so one measurement
 of each side, taken minutes apart, can differ by more than the speed-up sought; each side's number is the
 median over rounds, the speed-up the ratio of those medians (the per-round ratios are in the JSON).
 Results are checked before they are timed. A short table, one row per (part, activation or weights setting),
@@ -54,8 +54,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--only", choices=("all", "linear", "gpt2", "compile"), default="all")
     p.add_argument("--quick", action="store_true", help="small sizes everywhere (a first check)")
     p.add_argument("--rounds", type=int, default=4,
-                   help="linear and gpt2: alternating rounds (torch, tiledmm, torch, tiledmm, ...); each side's "
-                        "time is the median over rounds")
+                   help="linear and gpt2: alternating rounds (torch then tiledmm, then tiledmm then torch, ...); "
+                        "each side's time is the median over rounds")
     p.add_argument("--m", type=int, default=8192, help="linear: rows of x")
     p.add_argument("--in-features", type=int, default=4096)
     p.add_argument("--out-features", type=int, default=16384)
@@ -93,12 +93,17 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 def alternate(rounds: int, torch_side, tiledmm_side) -> dict:
-    """Each side's ms per call, measured torch then tiledmm in every round: the medians, their ratio
-    (torch / tiledmm) and what each round gave."""
+    """Each side's ms per call, torch first in even rounds and tiledmm first in odd ones (A B, B A, ...: neither
+    side always follows the other's heat and allocations): the medians, their ratio (torch / tiledmm) and what
+    each round gave."""
     t, o = [], []
-    for _ in range(rounds):
-        t.append(torch_side())
-        o.append(tiledmm_side())
+    for r in range(rounds):
+        if r % 2:
+            o.append(tiledmm_side())
+            t.append(torch_side())
+        else:
+            t.append(torch_side())
+            o.append(tiledmm_side())
     mt, mo = statistics.median(t), statistics.median(o)
     return {"torch": mt, "tiledmm": mo, "speedup": mt / mo,
             "rounds": {"torch": t, "tiledmm": o, "speedup": [x / y for x, y in zip(t, o)]}}
