@@ -130,10 +130,10 @@ def main() -> int:
     from tiledmm.kernels.block import shipped
     from tiledmm.kernels.block.build_calls import H100, plan
     if args.plan or tiledmm.emulating():
-        table, target = shipped.table_for(H100, 132), "sm_90"
+        table, target = shipped.table_for(H100, 132), shipped.target((9, 0))
     else:
         pr = properties(0)
-        table, target = shipped.table_for(pr.name, pr.num_sms), f"sm_{pr.capability[0]}{pr.capability[1]}"
+        table, target = shipped.table_for(pr.name, pr.num_sms), shipped.target(pr.capability)
     # the other GPUs' tables of this target: their choices compiled here too (one cubin serves every such GPU)
     others = [t for t in shipped.tables() if t["gpu"] != (table or {}).get("gpu") and t["target"] == target]
     points = plan(parts, table, others)

@@ -77,8 +77,8 @@ def _stream_context(kind: str, stream: Any, device):
     if handle == torch.cuda.current_stream(device).cuda_stream:
         return nullcontext()
     s = _stream_cache.get((handle, device))
-    if s is None:       # (keyed by device too: handle 0, the default stream, is every device's; not
-        s = _stream_cache[(handle, device)] = _adapter.torch_stream(handle, device)   # ExternalStream(0))
+    if s is None:       # (keyed by device too: handle 0, the default stream, is every device's)
+        s = _stream_cache[(handle, device)] = _adapter.torch_stream(handle, device)
     return torch.cuda.stream(s)
 
 

@@ -303,7 +303,7 @@ def _write_table(path: str) -> None:
     p = torch.cuda.get_device_properties(torch.cuda.current_device())
     import triton
     about = {"torch": torch.__version__, "triton": triton.__version__, "cuda": torch.version.cuda,
-             "store": str(tuning.store_path()), "target": f"sm_{p.major}{p.minor}"}
+             "store": str(tuning.store_path()), "target": shipped.target((p.major, p.minor))}
     n = shipped.write(Path(path), p.name, p.multi_processor_count, entries, about)
     console.print(escape(f"table {path}: {len(entries)} timed choice{'s' * (len(entries) != 1)} written "
                          f"({n} entries in all)"))

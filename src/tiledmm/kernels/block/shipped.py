@@ -94,6 +94,12 @@ def _load(path: str) -> dict | None:
     return {"gpu": doc["gpu"], "sms": doc.get("sms"), "index": index, "target": about.get("target")}
 
 
+def target(capability: tuple) -> str:
+    """A GPU's compile target as a table's ``about.target`` records it ("sm_90" for capability (9, 0)): the
+    tune CLI writes it and the store build matches other GPUs' tables by it (one cubin serves a target)."""
+    return f"sm_{capability[0]}{capability[1]}"
+
+
 def tables(folder: Path | None = None) -> list[dict]:
     """Every usable table in ``folder`` (the package's), by file name."""
     return [t for f in sorted((folder or TABLES).glob("*.json")) if (t := _load(str(f))) is not None]
