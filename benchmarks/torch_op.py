@@ -240,8 +240,7 @@ def bench_gpt2(a, torch, tiledmm, time_calls, weights: str) -> dict:
                        "torch_perturbed": fc, "control_rel_diff": abs(fc - ft) / abs(ft)}
         rec["loss_curves"] = {n: v[::10] for n, v in losses.items()}
     del base
-    if dev == "cuda":
-        torch.cuda.empty_cache()        # the next setting starts from an empty pool
+    torch.cuda.empty_cache()            # the next setting starts from an empty pool
     return rec
 
 
