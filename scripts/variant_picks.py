@@ -40,9 +40,9 @@ class _Cuda(torch.Tensor):
 AMPERE = None    # set by --ampere: heuristics.Device of an A100 (capability 8.0: no TMA, no wgmma; no table)
 
 
-def _stand_in_h100():
-    """Patch the dispatcher's view of the machine into an H100's, or with --ampere an A100's (this process
-    only)."""
+def _stand_in_h100(name: str = H100_NAME):
+    """Patch the dispatcher's view of the machine into an H100's (named ``name``: another Hopper's table is
+    read by its name), or with --ampere an A100's (this process only)."""
     import tiledmm._device as device_facts
     import tiledmm.analysis.device as analysis_device
     from tiledmm.kernels.block import dispatch, heuristics as H, kmajor_cache, tma_copy, tma_persistent, variants
@@ -55,7 +55,7 @@ def _stand_in_h100():
     dispatch.device = lambda index=None: dev
     device_facts.is_hopper = lambda index=None: AMPERE is None
     analysis_device.properties = lambda index=0: types.SimpleNamespace(
-        name="NVIDIA A100-SXM4-80GB" if AMPERE else H100_NAME, num_sms=dev.sms, l2_bytes=50 * 2 ** 20,
+        name="NVIDIA A100-SXM4-80GB" if AMPERE else name, num_sms=dev.sms, l2_bytes=50 * 2 ** 20,
         capability=dev.capability)   # (rung 11: not on disk)
     torch.cuda.is_current_stream_capturing = lambda: False
     os.environ.pop("TRITON_INTERPRET", None)      # (read by the Gluon kernel's applicability test)
@@ -104,14 +104,12 @@ def against_table(gpu: str, suites: list[str]) -> list[str]:
     """The model alone against ``gpu``'s shipped table, per dtype over the suites' shapes whose class the table
     timed: where the model's pick is the table's, ratio 1; where it is the pick the entry recorded as the model's,
     the entry's timed ms / model ms (one timing, on that GPU); else unknown (a change of the model moved it to a
-    candidate the build did not time). The geomean is what the model alone would lose against the table (issue
-    target: within 3 %). The model sees every Hopper as ``heuristics.H100`` (the same SMs and shared memory)."""
+    candidate the build did not time). The geomean is what the model alone would lose against the table (target:
+    within 3 %). The model sees every Hopper as ``heuristics.H100`` (the same SMs and shared memory), under
+    ``gpu``'s name (``_stand_in_h100``)."""
     import math
     from tiledmm.bench import SUITES
     from tiledmm.kernels.block import dispatch, shipped
-    import tiledmm.analysis.device as analysis_device
-    analysis_device.properties = lambda index=0: types.SimpleNamespace(
-        name=gpu, num_sms=132, l2_bytes=50 * 2 ** 20, capability=(9, 0))
     table = shipped.table_for(gpu, 132)
     if table is None:
         return [f"no shipped table for {gpu!r}"]
@@ -163,7 +161,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     global AMPERE
     if args.against_table:
-        _stand_in_h100()
+        _stand_in_h100(args.against_table)
         print("\n".join(against_table(args.against_table, args.suites.split(","))))
         return 0
     if args.ampere:
