@@ -106,6 +106,40 @@ def test_gradients_match_torch(dtype, act):
         torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * max(1.0, want.abs().max().item()))
 
 
+@pytest.mark.parametrize("x_shape", [(8, 16), (2, 4, 16)])
+@pytest.mark.parametrize("x_grad", [True, False])
+def test_linear_weight_gradient_in_the_weights_layout(x_shape, x_grad):
+    """linear multiplies by weight.mT: the weight's gradient is made as dYᵀ x (torch's own linear
+    backward), so the tensor AccumulateGrad receives has the weight's strides and is stored without
+    a copy -- also where x needs no gradient (x's stand-in) and where a batch is folded into K."""
+    from tiledmm.nn.functional import linear
+    x, w, bias = _t(*x_shape, grad=x_grad), _t(24, 16, grad=True, seed=1), _t(24, grad=True, seed=2)
+    gy = _t(*x_shape[:-1], 24, seed=3)
+    seen = []
+    w.register_hook(lambda g: seen.append(g.stride()))
+    linear(x, w, bias).backward(gy)
+    assert seen == [w.stride()] and w.grad.is_contiguous()
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x, w, bias))
+    torch.nn.functional.linear(xr, wr, br).backward(gy.double())
+    for got, want in ((w.grad, wr.grad), (bias.grad, br.grad)) + (((x.grad, xr.grad),) if x_grad else ()):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * max(1.0, want.abs().max().item()))
+
+
+@pytest.mark.parametrize("b_grad", [True, False])
+def test_transposed_operand_gradient_in_its_layout(b_grad):
+    """tiledmm.matmul(a.mT, b) with a leaf a: a's gradient is made as (b dCᵀ)ᵀ, in a's strides."""
+    a, b = _t(16, 8, grad=True), _t(16, 24, grad=b_grad, seed=1)
+    gy = _t(8, 24, seed=2)
+    seen = []
+    a.register_hook(lambda g: seen.append(g.stride()))
+    tiledmm.matmul(a.mT, b).backward(gy)
+    assert seen == [a.stride()] and a.grad.is_contiguous()
+    ar, br = (t.detach().double().requires_grad_() for t in (a, b))
+    (ar.mT @ br).backward(gy.double())
+    for got, want in ((a.grad, ar.grad),) + (((b.grad, br.grad),) if b_grad else ()):
+        torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-4 * max(1.0, want.abs().max().item()))
+
+
 def test_gradient_of_alpha_and_out_beta_term():
     a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
     alpha = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
@@ -208,6 +242,17 @@ def test_double_backward_through_the_eager_matmul():
     (float64 on the SIMT "naive" kernel: the simulator's quickest)."""
     a, b = _t(3, 4, dtype=torch.float64, grad=True), _t(4, 2, dtype=torch.float64, grad=True, seed=1)
     assert torch.autograd.gradgradcheck(lambda x, y: _library.matmul(x, y, "naive"), (a, b), fast_mode=True)
+
+
+@pytest.mark.slow
+def test_double_backward_with_transposed_operands():
+    """Both operands transposed views (their gradients made transposed, in their layouts), alpha != 1:
+    the recorded products give the same second derivatives."""
+    a, b = _t(4, 3, dtype=torch.float64, grad=True), _t(2, 4, dtype=torch.float64, grad=True, seed=1)
+
+    def f(x, y):
+        return _library.gemm(x.mT, y.mT, None, None, 0.5, 0.0, -1, "none", False, "naive", None)
+    assert torch.autograd.gradgradcheck(f, (a, b), fast_mode=True)
 
 
 @pytest.mark.slow

@@ -85,12 +85,32 @@ def _product(x, y, alpha: float, kernel, precision):
     return gemm(x, y, None, None, alpha, 0.0, -1, "none", False, kernel, precision)
 
 
+def _transposed(t) -> bool:
+    """A 2-D transposed view of a contiguous tensor (a weight ``w`` passed as ``w.mT``)."""
+    return t.dim() == 2 and not t.is_contiguous() and t.mT.is_contiguous()
+
+
+def _grad_a(g, b, a, alpha: float, kernel, precision):
+    # each gradient in its operand's layout (a transposed view's as the transposed product): the
+    # tensor AccumulateGrad receives has the leaf's strides and is kept without a copy
+    if _transposed(a):
+        return _product(b, g.mT, alpha, kernel, precision).mT
+    return _product(g, b.mT, alpha, kernel, precision)
+
+
+def _grad_b(a, g, b, alpha: float, kernel, precision):
+    if _transposed(b):                         # weight.mT (linear): dW = dYᵀ x, torch's own, in W's layout
+        return _product(g.mT, a, alpha, kernel, precision).mT
+    return _product(a.mT, g, alpha, kernel, precision)
+
+
 def _mm_grads(g, a, b, alpha: float, need_a: bool, need_b: bool, kernel, precision):
     """(dA, dB) of alpha * a @ b for the result's gradient ``g``: numpy's rules backwards
-    (1-D operands, broadcast batch dimensions summed as torch sums them)."""
+    (1-D operands, broadcast batch dimensions summed as torch sums them); a 2-D operand's
+    gradient has that operand's layout (``_grad_a``, ``_grad_b``)."""
     if a.dim() == 2 and b.dim() == 2:          # the common case: no reshapes, no reductions
-        return (_product(g, b.mT, alpha, kernel, precision) if need_a else None,
-                _product(a.mT, g, alpha, kernel, precision) if need_b else None)
+        return (_grad_a(g, b, a, alpha, kernel, precision) if need_a else None,
+                _grad_b(a, g, b, alpha, kernel, precision) if need_b else None)
     a1 = a.unsqueeze(0) if a.dim() == 1 else a
     b1 = b.unsqueeze(-1) if b.dim() == 1 else b
     nbatch = max(a1.dim(), b1.dim()) - 2
@@ -105,7 +125,7 @@ def _mm_grads(g, a, b, alpha: float, need_a: bool, need_b: bool, kernel, precisi
     if need_b:
         if b1.dim() == 2 and a1.dim() > 2:     # the batch folded into K of one product: no reduction after
             K, N = a1.shape[-1], b1.shape[-1]
-            gb = _product(a1.reshape(-1, K).mT, g.reshape(-1, N), alpha, kernel, precision)
+            gb = _grad_b(a1.reshape(-1, K), g.reshape(-1, N), b1, alpha, kernel, precision)
         else:
             gb = _product(a1.mT, g, alpha, kernel, precision)
             if gb.shape != b1.shape:
@@ -114,21 +134,22 @@ def _mm_grads(g, a, b, alpha: float, need_a: bool, need_b: bool, kernel, precisi
     return ga, gb
 
 
-def _shape_only(shape):
-    """A stand-in for an operand not saved: its gradient is not needed, only its shape is read."""
-    return torch.empty(shape, device="meta")
+def _shape_only(shape, stride):
+    """A stand-in for an operand not saved: its gradient is not needed, only its shape and strides
+    (the other operand's gradient is made in the same layout) are read."""
+    return torch.empty_strided(shape, stride, device="meta")
 
 
 def _matmul_setup(ctx, inputs, output):
     a, b, kernel, precision = inputs
     ctx.save_for_backward(a if ctx.needs_input_grad[1] else None, b if ctx.needs_input_grad[0] else None)
-    ctx.shapes, ctx.options = (a.shape, b.shape), (kernel, precision)
+    ctx.shapes, ctx.options = ((a.shape, a.stride()), (b.shape, b.stride())), (kernel, precision)
 
 
 def _matmul_backward(ctx, grad):
     a, b = ctx.saved_tensors
-    a = a if a is not None else _shape_only(ctx.shapes[0])
-    b = b if b is not None else _shape_only(ctx.shapes[1])
+    a = a if a is not None else _shape_only(*ctx.shapes[0])
+    b = b if b is not None else _shape_only(*ctx.shapes[1])
     ga, gb = _mm_grads(grad, a, b, 1.0, ctx.needs_input_grad[0], ctx.needs_input_grad[1], *ctx.options)
     return ga, gb, None, None
 
@@ -143,7 +164,8 @@ def _gemm_setup(ctx, inputs, output):
     ctx.save_for_backward(a if need[1] or recompute else None, b if need[0] or recompute else None,
                           c if recompute else None, bias if recompute else None, saved_act)
     ctx.args = (alpha, beta, bias_dim, act, keep_pre, kernel, precision)
-    ctx.shapes = (a.shape, b.shape, None if c is None else c.shape, c is not None, bias is not None)
+    ctx.shapes = ((a.shape, a.stride()), (b.shape, b.stride()), None if c is None else c.shape, c is not None,
+                  bias is not None)
     ctx.dtypes = (None if c is None else c.dtype, None if bias is None else bias.dtype)
     if keep:
         ctx.set_materialize_grads(False)        # an unused z's gradient stays None: no zeros added
@@ -161,8 +183,8 @@ def _gemm_backward(ctx, gy, gz=None):
     g = None if gy is None else _impl.activation_backward(gy, act, saved)      # one pass (none: gy itself)
     if gz is not None and _keeps(keep_pre, act):
         g = gz if g is None else g + gz
-    a = a if a is not None else _shape_only(a_shape)
-    b = b if b is not None else _shape_only(b_shape)
+    a = a if a is not None else _shape_only(*a_shape)
+    b = b if b is not None else _shape_only(*b_shape)
     ga, gb = _mm_grads(g, a, b, alpha, need[0], need[1], kernel, precision)
     gc = gbias = None
     if has_c and need[2]:                              # reduced first, then scaled: one pass over g
