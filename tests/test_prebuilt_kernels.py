@@ -173,7 +173,7 @@ def test_the_build_plan_covers_the_table_the_suites_and_the_layers():
     table = shipped.table_for(build_calls.H100, 132)
     points = build_calls.plan(build_calls.PARTS, table)
     parts = {part: sum(p["part"] == part for p in points) for part in build_calls.PARTS}
-    assert parts["table"] == len([e for es in table["index"].values() for e in es])
+    assert parts["table"] == len(build_calls.table_points(table))
     assert min(parts.values()) > 50 and all(build_calls._bytes(p) <= build_calls.MAX_BYTES for p in points)
     assert {p["api"] for p in points} == {"matmul", "linear", "linear_bwd"} and any(p["invariant"] for p in points)
 
@@ -194,7 +194,9 @@ def test_the_plan_forces_the_choices_of_other_tables_of_the_target(monkeypatch):
     both = build_calls.plan(("table",), h100, [h200])
     forced = [p for p in both if p.get("variant")]
     assert not any(p.get("variant") for p in own) and both[:len(own)] == own
-    assert len(forced) == sum(len(es) for es in h200["index"].values()) == len(both) - len(own)
+    assert len(forced) == len(build_calls.table_points(h200, forced=True)) == len(both) - len(own)
+    assert {(p["layout"], tuple(p["cls"])) for p in forced} == \
+        {(e["layout"], tuple(e["class"])) for es in h200["index"].values() for e in es}
     for p in forced:
         v = V.BY_NAME[p["variant"]]
         assert (p["config"] is None) == v.traits.own_config_by_shape
@@ -238,6 +240,21 @@ def test_the_classes_part_builds_every_class_with_m_n_k_on_and_off_16():
         seen.setdefault((base, p["dtype"], p["precision"], p["b"]), set()).add(
             tuple(int_key(x) for x in (p["M"], p["N"], p["K"])))
     assert seen and all(len(combos) == 8 for combos in seen.values())
+
+
+def test_the_table_part_builds_each_entrys_class_with_m_on_and_off_16():
+    """The first call of 1519x1536x1536 fp32 on an H200 compiled for 0.87 s where 1536^3 found its kernel: the table
+    part built each entry at M = 2^c only (a multiple of 16 from c = 4), and Triton compiles M off 16 apart."""
+    from tiledmm._adapter.launch import int_key
+    from tiledmm.kernels.block import build_calls, shipped
+    for gpu in (build_calls.H100, "NVIDIA H200"):
+        seen = {}
+        for p in build_calls.table_points(shipped.table_for(gpu, 132), forced=gpu != build_calls.H100):
+            seen.setdefault((p["layout"], tuple(p["cls"]), p["a"] + p["c"]), set()).add(int_key(p["M"]))
+        assert seen and any(orders == "nn" and cls[0] >= 4 for _, cls, orders in seen)
+        for (layout, cls, orders), keys in seen.items():
+            both = cls[0] >= 4 and orders == "nn"      # (else M is a row pitch: the layout key has its alignment)
+            assert keys == ({0, 2} if both else {1} if cls[0] == 0 else {int_key(2 ** cls[0])}), (gpu, layout, cls)
 
 
 def test_the_table_calls_have_their_entries_layout_and_class():

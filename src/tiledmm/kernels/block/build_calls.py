@@ -52,7 +52,8 @@ def table_points(table: dict, forced: bool = False) -> list[dict]:
     aligned, alpha == 1, beta == 0, rows128. ``forced``: the table is another GPU's of the same target (the
     H200's on an H100: one cubin serves both), whose choices this GPU's default would not make: each call
     names its entry's variant and config (``variant=``, ``config=``; a variant that takes its own model's
-    config for the call's size, the variant alone)."""
+    config for the call's size, the variant alone). An entry whose class starts at M >= 16, with A and C row-major,
+    gets a second call at M + 1."""
     from . import variants as V
     out = []
     for entries in table["index"].values():
@@ -72,10 +73,14 @@ def table_points(table: dict, forced: bool = False) -> list[dict]:
             M, N, K = 2 ** cm, _sized(cn, es, aligned, rows128), _sized(ck, es, aligned, rows128)
             if not aligned and a_n and b_n:
                 K = 2 ** ck + 1 if ck >= 1 else 1
-            out.append(_pt("table", dtype, prec, M, N, K, out=odt, batch=8 if adim == 3 else 0,
-                           a="n" if a_n else "t", b="n" if b_n else ("t" if b_t else "s"), c="n" if c_n else "t",
-                           offset=0, alpha=1.0 if alpha1 else 0.5, beta=0.0 if beta0 else 1.0, layout=e["layout"],
-                           cls=e["class"], **named))
+            # M twice where the class holds both of Triton's specialisations (a multiple of 16 and not) and M is
+            # no operand's row pitch (the layout key then does not see its divisibility): a token count is
+            # seldom a multiple of 16
+            for m in (M, M + 1) if cm >= 4 and a_n and c_n else (M,):
+                out.append(_pt("table", dtype, prec, m, N, K, out=odt, batch=8 if adim == 3 else 0,
+                               a="n" if a_n else "t", b="n" if b_n else ("t" if b_t else "s"),
+                               c="n" if c_n else "t", offset=0, alpha=1.0 if alpha1 else 0.5,
+                               beta=0.0 if beta0 else 1.0, layout=e["layout"], cls=e["class"], **named))
     return out
 
 
