@@ -1,5 +1,7 @@
 """The bench suites (tiledmm.bench.SUITES) the benchmarks and `tiledmm bench` run: the llm suite is the grid
 of LLM projection products the dispatch targets were set on."""
+import pytest
+
 from tiledmm import bench as B
 
 
@@ -26,3 +28,39 @@ def test_the_kernels_of_one_product_share_its_inputs_and_reference(monkeypatch):
     assert len(calls) == 1 and all(r.ok for r in rows)
     harness.check_and_time("naive", (9, 7, 5), seed=4, repeats=1, warmup=0, time_it=False)
     assert len(calls) == 2                       # another seed: other inputs, another reference
+
+
+def test_the_check_compares_where_the_result_is_and_agrees_with_the_host():
+    """A result is compared with the float64 reference on its own device when the reference is there
+    (``on_device``): the same number as the host's comparison, NaN for a poisoned element, a shape error
+    named; a reference on another device than the result is compared on the host."""
+    import numpy as np
+    import torch
+    from tiledmm import harness
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(37, 19, generator=g), torch.randn(19, 23, generator=g)
+    ref = harness.reference(a, b)
+    c = (a @ b) * (1 + 1e-6 * torch.randn(37, 23, generator=g))
+    host = harness.rel_error(c, ref)
+    there = harness.rel_error(c, torch.from_numpy(ref))
+    assert 0 < host < 1e-5 and abs(there - host) <= 1e-12 * host
+    assert harness.on_device(ref, c) is ref                    # a CPU result: the host reference itself
+    c[3, 4] = float("nan")
+    assert np.isnan(harness.rel_error(c, torch.from_numpy(ref))) and np.isnan(harness.rel_error(c, ref))
+    with pytest.raises(ValueError, match=r"\(37, 22\) != reference shape \(37, 23\)"):
+        harness.rel_error(c[:, :22], torch.from_numpy(ref))
+    assert np.isnan(harness.rel_error(c.numpy(), torch.from_numpy(ref)))      # a numpy result: the host's way
+
+
+@pytest.mark.gpu
+def test_gpu_the_check_on_the_gpu_agrees_with_the_host():
+    import torch
+    from tiledmm import harness
+    a, b = (torch.randn(s, device="cuda") for s in ((300, 200), (200, 400)))
+    ref = harness.reference(a, b)
+    c = a @ b
+    dev = harness.on_device(ref, c)
+    assert dev.device == c.device and dev.dtype == torch.float64
+    assert abs(harness.rel_error(c, dev) - harness.rel_error(c, ref)) <= 1e-9 * harness.rel_error(c, ref)
+    c[0, 0] = float("nan")
+    assert harness.rel_error(c, dev) != harness.rel_error(c, dev)
