@@ -64,3 +64,16 @@ def test_gpu_the_check_on_the_gpu_agrees_with_the_host():
     assert abs(harness.rel_error(c, dev) - harness.rel_error(c, ref)) <= 1e-9 * harness.rel_error(c, ref)
     c[0, 0] = float("nan")
     assert harness.rel_error(c, dev) != harness.rel_error(c, dev)
+
+
+def test_the_kept_inputs_count_their_references(monkeypatch):
+    """The memo of inputs shared by a product's kernels is bounded with its float64 references counted (kept on
+    the GPU beside the inputs there): past ``KEEP_BYTES`` it starts again."""
+    from tiledmm import harness
+    monkeypatch.setattr(harness, "_kept", {})
+    harness.check_and_time("naive", (9, 7, 5), seed=3, repeats=1, warmup=0, time_it=False)
+    (a, b, ref), = harness._kept.values()
+    inputs = a.numel() * a.element_size() + b.numel() * b.element_size()
+    monkeypatch.setattr(harness, "KEEP_BYTES", 2 * inputs + ref.nbytes - 1)      # room for two inputs, not the ref
+    harness.check_and_time("naive", (9, 7, 5), seed=4, repeats=1, warmup=0, time_it=False)
+    assert len(harness._kept) == 1              # the first product's inputs and reference were let go

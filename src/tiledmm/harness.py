@@ -90,17 +90,23 @@ _kept: dict = {}          # (shapes, dtype, seed, device) -> [a, b, float64 refe
 KEEP_BYTES = 1 << 30     # inputs kept for the next point of the same product (then the memo starts again)
 
 
+def _nbytes(x) -> int:
+    """Bytes of a kept tensor or array (0 for a reference not made yet)."""
+    if x is None:
+        return 0
+    return x.nbytes if isinstance(x, np.ndarray) else x.numel() * x.element_size()
+
+
 def _point_inputs(sa: tuple, sb: tuple, dtype: str, seed: int) -> list:
     """``random_inputs`` of one product, shared by the kernels of a run that check and time the same product
     (the main job runs five on one pair): [a, b, reference] with the reference filled on first use (on the
-    inputs' GPU where they are on one: ``on_device``). Safe to
+    inputs' GPU where they are on one: ``on_device``, and counted with them against ``KEEP_BYTES``). Safe to
     share: no kernel writes its inputs (the contract's tests check it)."""
     key = (sa, sb, dtype, seed, _backend.torch_device())
     hit = _kept.get(key)
     if hit is None:
         a, b = random_inputs(sa, sb, dtype, seed=seed)
-        if sum(x[0].numel() * x[0].element_size() + x[1].numel() * x[1].element_size() for x in _kept.values()) \
-                + a.numel() * a.element_size() + b.numel() * b.element_size() > KEEP_BYTES:
+        if sum(_nbytes(x) for kept in _kept.values() for x in kept) + _nbytes(a) + _nbytes(b) > KEEP_BYTES:
             _kept.clear()
         hit = _kept[key] = [a, b, None]
     return hit
