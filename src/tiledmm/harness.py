@@ -52,18 +52,14 @@ def rel_error(c: Any, ref: Any) -> float:
     and subtracting on the host)."""
     if not isinstance(ref, np.ndarray) and kind_of(c) == "torch" and c.device == ref.device:
         import torch
-        if tuple(c.shape) != tuple(ref.shape):
-            raise ValueError(f"result shape {tuple(c.shape)} != reference shape {tuple(ref.shape)}")
-        denom = float(torch.linalg.vector_norm(ref))
-        diff = float(torch.linalg.vector_norm(c.detach().double() - ref))
-        return diff / denom if denom else diff
-    if not isinstance(ref, np.ndarray):
-        ref = ref.cpu().numpy()
-    c64 = to_float64(c)
-    if c64.shape != ref.shape:
-        raise ValueError(f"result shape {c64.shape} != reference shape {ref.shape}")
-    denom = float(np.linalg.norm(ref))
-    diff = float(np.linalg.norm(c64 - ref))
+        c64, norm = c.detach().double(), torch.linalg.vector_norm
+    else:
+        ref = ref if isinstance(ref, np.ndarray) else ref.cpu().numpy()
+        c64, norm = to_float64(c), np.linalg.norm
+    if tuple(c64.shape) != tuple(ref.shape):
+        raise ValueError(f"result shape {tuple(c64.shape)} != reference shape {tuple(ref.shape)}")
+    denom = float(norm(ref))
+    diff = float(norm(c64 - ref))
     return diff / denom if denom else diff
 
 
@@ -92,9 +88,7 @@ KEEP_BYTES = 1 << 30     # inputs kept for the next point of the same product (t
 
 def _nbytes(x) -> int:
     """Bytes of a kept tensor or array (0 for a reference not made yet)."""
-    if x is None:
-        return 0
-    return x.nbytes if isinstance(x, np.ndarray) else x.numel() * x.element_size()
+    return 0 if x is None else x.nbytes
 
 
 def _point_inputs(sa: tuple, sb: tuple, dtype: str, seed: int) -> list:
